@@ -1,0 +1,367 @@
+import { randomBytes } from 'node:crypto';
+import {
+  IdempotencyConflictError,
+  IdempotencyMismatchError,
+  IdempotencyResponseTooLargeError,
+  IdempotencyStoreError,
+  isIdempotencyError,
+  isRetryable,
+} from './errors.js';
+import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
+import { fingerprint } from './fingerprint.js';
+import { recordId } from './key.js';
+import { startLease } from './lease.js';
+import { type IdempotencyPolicyOptions, positiveMs, type ResolvedPolicy, resolvePolicy } from './policy.js';
+import type { ClaimResult, IdempotencyStore } from './store.js';
+import { interruptibleSleep, withTimeout } from './timing.js';
+import { jsonCodec, type OutcomeCodec } from './codec.js';
+import { memoryStore } from '../stores/memory.js';
+
+export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
+  /**
+   * Where claims and outcomes live. Use a shared store (Redis, PostgreSQL)
+   * as soon as more than one process serves the same operations.
+   * @default memoryStore()
+   */
+  store?: IdempotencyStore;
+  /**
+   * The longest a single store call may take, in milliseconds; past it the
+   * call counts as a store failure (see `onStoreError`).
+   * @default 1_000
+   */
+  storeTimeout?: number;
+  /**
+   * Seconds a client is told to wait (`Retry-After`) when its key is in flight.
+   * @default 1
+   */
+  retryAfter?: number;
+  /** Receives one structured event per check and per transition. Must not throw. */
+  onEvent?: IdempotencyEventHandler;
+  /**
+   * The clock, for deadlines.
+   * @default Date.now
+   */
+  now?: () => number;
+}
+
+/** One operation to run at most once per key. */
+export interface ExecuteInput<T> {
+  /** The client's key, already validated (see `parseIdempotencyKey`). */
+  key: string;
+  /** The operation's name (the procedure path): part of the record identity and of the fingerprint. */
+  name: string;
+  /** Who the key belongs to (user, tenant). Keys of different scopes never meet. */
+  scope?: string | undefined;
+  /** The operation's input, fingerprinted to detect reuse of a key with another payload. */
+  payload: unknown;
+  /** The operation. `signal` aborts if the caller's signal does or if the claim is lost. */
+  run: (opts: { signal: AbortSignal }) => Promise<T>;
+  /** How outcomes are serialized and which errors are stored. */
+  codec?: OutcomeCodec<T>;
+  /** A policy from {@link IdempotencyEngine.policy}; the engine's own when omitted. */
+  policy?: ResolvedPolicy;
+  /** The caller's signal: aborts waiting, and is passed on to `run`. */
+  signal?: AbortSignal | undefined;
+}
+
+export type ExecuteResult<T> =
+  | { ok: true; value: T; replayed: boolean }
+  | { ok: false; error: unknown; replayed: boolean };
+
+export interface IdempotencyEngine {
+  /** The engine's resolved default policy. */
+  readonly defaults: ResolvedPolicy;
+  readonly store: IdempotencyStore;
+  /** Resolves (and validates) a per-operation policy over the engine's defaults. Call it once, not per request. */
+  policy(overrides?: IdempotencyPolicyOptions, where?: string): ResolvedPolicy;
+  /**
+   * Runs the operation once per key and returns its outcome, replayed or
+   * fresh. Throws only idempotency errors (conflict, mismatch, store unavailable,
+   * response too large); the operation's own error is returned, not thrown.
+   */
+  execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>>;
+  /**
+   * Like {@link execute}, but returns the value and throws the operation's
+   * error, fresh or replayed.
+   */
+  run<T>(input: Omit<ExecuteInput<T>, 'run'>, fn: ExecuteInput<T>['run']): Promise<{ value: T; replayed: boolean }>;
+  /** Emits an event through `onEvent` (adapters report rejections before the engine runs). */
+  emit(event: IdempotencyEvent): void;
+}
+
+const FIRST_POLL_MS = 25;
+const MAX_POLL_MS = 1_000;
+
+/**
+ * Creates the framework-agnostic engine. The tRPC adapter is built on it, and
+ * it can protect any async operation, such as a queue consumer keyed by
+ * message id or a webhook handler keyed by event id.
+ */
+export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}): IdempotencyEngine {
+  // initialized config
+  const store = options.store ?? memoryStore();
+  const storeTimeout = options.storeTimeout ?? 1_000;
+  positiveMs(storeTimeout, 'storeTimeout', 'idempotency options');
+  const retryAfter = options.retryAfter ?? 1;
+  if (!Number.isInteger(retryAfter) || retryAfter < 0) {
+    throw new TypeError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
+  }
+  const onEvent = options.onEvent;
+  const now = options.now ?? Date.now;
+  const defaults = resolvePolicy(options, {}, 'idempotency options');
+
+  function emit(event: IdempotencyEvent) {
+    if (onEvent === undefined) return;
+    try {
+      onEvent(event);
+    } catch {
+      // An observer must never change the outcome of a request.
+    }
+  }
+
+  function storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, call: () => Promise<T>): Promise<T> {
+    let promise: Promise<T>;
+    try {
+      promise = call();
+    } catch (cause) {
+      promise = Promise.reject(cause);
+    }
+    return withTimeout(
+      promise,
+      storeTimeout,
+      () => new IdempotencyStoreError('store_unavailable', `The idempotency store did not answer ${operation} within ${storeTimeout} ms.`),
+    );
+  }
+
+  async function claimOnce(id: string, fp: string, token: string, policy: ResolvedPolicy, waiting: boolean): Promise<ClaimResult> {
+    const pending = (async () => store.claim({ id, fingerprint: fp, token, lockTtl: policy.lockTtl, waiting }))();
+    try {
+      return await storeCall('claim', () => pending);
+    } catch (error) {
+      // A claim that lands after we gave up would block the key until lockTtl: give it back.
+      pending.then(
+        (late) => late.state === 'acquired' && store.release({ id, token }).catch(() => {}),
+        () => {},
+      );
+      throw error;
+    }
+  }
+
+  async function claim(
+    id: string,
+    fp: string,
+    token: string,
+    policy: ResolvedPolicy,
+    signal: AbortSignal | undefined,
+    keyHash: string | undefined,
+    name: string,
+  ): Promise<ClaimResult> {
+    const waitMode = policy.inFlight === 'wait' && policy.waitTimeout > 0;
+    let result = await claimOnce(id, fp, token, policy, waitMode);
+    if (!waitMode || result.state !== 'in_progress' || result.fingerprint !== fp) return result;
+
+    // Wait for the holder: woken by the store's notification when it has one,
+    // and polling with bounded, jittered backoff in any case (a crashed holder
+    // sends nothing; its claim just expires).
+    const deadline = now() + policy.waitTimeout;
+    let wakeCurrent: (() => void) | undefined;
+    let unsubscribe: (() => void) | undefined;
+    if (store.onSettled !== undefined) {
+      try {
+        unsubscribe = await storeCall('subscribe', () => store.onSettled!(id, () => wakeCurrent?.()));
+      } catch (error) {
+        emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'subscribe', error: describeError(error) });
+      }
+    }
+    try {
+      let delay = FIRST_POLL_MS;
+      // Claim again now that we listen, so a completion between the first
+      // claim and the subscription is not missed.
+      for (;;) {
+        result = await claimOnce(id, fp, token, policy, true);
+        if (result.state !== 'in_progress') return result;
+        const remaining = deadline - now();
+        if (remaining <= 0 || signal?.aborted) return result;
+        const sleep = interruptibleSleep(Math.min(delay * (0.5 + Math.random() / 2), remaining), signal);
+        wakeCurrent = sleep.wake;
+        await sleep.promise;
+        delay = Math.min(delay * 2, MAX_POLL_MS);
+      }
+    } finally {
+      unsubscribe?.();
+    }
+  }
+
+  async function execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
+    const policy = input.policy ?? defaults;
+    const codec = (input.codec ?? jsonCodec) as OutcomeCodec<T>;
+    const { name } = input;
+    const fp = fingerprint(name, input.payload, policy.exclude);
+    const id = recordId(input.scope, name, input.key);
+    const keyHash = onEvent === undefined ? undefined : hashRecordId(id);
+    const token = randomBytes(16).toString('base64url');
+
+    const checkStart = performance.now();
+    let claimed: ClaimResult;
+    try {
+      claimed = await claim(id, fp, token, policy, input.signal, keyHash, name);
+    } catch (error) {
+      const durationMs = performance.now() - checkStart;
+      emit({ result: 'store_error', name, keyHash, durationMs, operation: 'claim', error: describeError(error) });
+      if (policy.onStoreError === 'fail-open') {
+        emit({ result: 'unprotected', name, keyHash, durationMs, reason: 'store_error' });
+        return runUnprotected(input);
+      }
+      throw isIdempotencyError(error)
+        ? error
+        : new IdempotencyStoreError(
+            'store_unavailable',
+            'The idempotency store is unavailable, so the request was not run. Retry later with the same key.',
+            { cause: error, retryAfter },
+          );
+    }
+    const durationMs = performance.now() - checkStart;
+
+    if (claimed.state === 'acquired') {
+      emit({ result: 'acquired', name, keyHash, durationMs });
+      return runClaimed(input, codec, policy, id, token, keyHash);
+    }
+    if (claimed.fingerprint !== fp) {
+      emit({ result: 'mismatch', name, keyHash, durationMs });
+      throw new IdempotencyMismatchError(
+        'payload_mismatch',
+        'This idempotency key was already used with a different payload. Use a new key for a new operation.',
+      );
+    }
+    if (claimed.state === 'in_progress') {
+      emit({ result: 'in_progress', name, keyHash, durationMs });
+      throw new IdempotencyConflictError(
+        'in_progress',
+        `A request with this idempotency key is still being processed. Retry with the same key after ${retryAfter} s.`,
+        { retryAfter },
+      );
+    }
+    emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state });
+    const body = claimed.body ?? '';
+    return claimed.state === 'completed'
+      ? { ok: true, value: codec.deserialize(body), replayed: true }
+      : { ok: false, error: codec.deserializeError(body), replayed: true };
+  }
+
+  async function runUnprotected<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
+    try {
+      return { ok: true, value: await input.run({ signal: input.signal ?? new AbortController().signal }), replayed: false };
+    } catch (error) {
+      return { ok: false, error, replayed: false };
+    }
+  }
+
+  async function runClaimed<T>(
+    input: ExecuteInput<T>,
+    codec: OutcomeCodec<T>,
+    policy: ResolvedPolicy,
+    id: string,
+    token: string,
+    keyHash: string | undefined,
+  ): Promise<ExecuteResult<T>> {
+    const { name } = input;
+    const started = performance.now();
+    const lease = startLease({
+      lockTtl: policy.lockTtl,
+      now,
+      signal: input.signal,
+      extend: () => storeCall('extend', () => store.extend({ id, token, lockTtl: policy.lockTtl })),
+      onError: (error) =>
+        emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
+      onLost: () => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started }),
+    });
+
+    let outcome: ExecuteResult<T>;
+    try {
+      outcome = { ok: true, value: await input.run({ signal: lease.signal }), replayed: false };
+    } catch (error) {
+      outcome = { ok: false, error, replayed: false };
+    } finally {
+      lease.stop();
+    }
+
+    let body: string | undefined;
+    let state: 'completed' | 'failed' = 'completed';
+    let releaseReason = 'error';
+    try {
+      if (outcome.ok) {
+        body = codec.serialize(outcome.value);
+      } else if (isRetryable(outcome.error)) {
+        releaseReason = 'retryable';
+      } else {
+        body = codec.serializeError(outcome.error);
+        state = 'failed';
+      }
+    } catch (error) {
+      // An outcome that cannot be serialized cannot be replayed: release and report.
+      body = undefined;
+      releaseReason = 'serialization_error';
+      outcome = { ok: false, error, replayed: false };
+    }
+    if (body !== undefined && byteLengthExceeds(body, policy.maxResponseBytes)) {
+      body = undefined;
+      releaseReason = 'response_too_large';
+      outcome = {
+        ok: false,
+        replayed: false,
+        error: new IdempotencyResponseTooLargeError(
+          'response_too_large',
+          `The result is larger than maxResponseBytes (${policy.maxResponseBytes} bytes) and was not stored; the key was released. ` +
+            'Return a smaller result or raise maxResponseBytes.',
+        ),
+      };
+    }
+
+    const settleStart = performance.now();
+    if (body === undefined) {
+      try {
+        await storeCall('release', () => store.release({ id, token }));
+        emit({ result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: releaseReason });
+      } catch (error) {
+        // The claim expires after lockTtl anyway; the client's retry meets 409 until then.
+        emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'release', error: describeError(error) });
+      }
+      return outcome;
+    }
+    try {
+      const stored = await storeCall('complete', () => store.complete({ id, token, state, body: body!, ttl: policy.ttl }));
+      emit(
+        stored
+          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state }
+          : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
+      );
+    } catch (error) {
+      // The operation ran; its caller still gets the outcome. A retry after
+      // lockTtl could run it again: the event is how operators see that risk.
+      emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'complete', error: describeError(error) });
+    }
+    return outcome;
+  }
+
+  async function run<T>(input: Omit<ExecuteInput<T>, 'run'>, fn: ExecuteInput<T>['run']) {
+    const result = await execute({ ...input, run: fn });
+    if (!result.ok) throw result.error;
+    return { value: result.value, replayed: result.replayed };
+  }
+
+  return {
+    defaults,
+    store,
+    policy: (overrides, where) => resolvePolicy(options, overrides, where),
+    execute,
+    run,
+    emit,
+  };
+}
+
+function byteLengthExceeds(body: string, max: number): boolean {
+  // A UTF-16 code unit is 1 to 3 UTF-8 bytes: skip the exact count when the length decides.
+  if (body.length > max) return true;
+  if (body.length * 3 <= max) return false;
+  return Buffer.byteLength(body) > max;
+}

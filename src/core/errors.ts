@@ -1,0 +1,128 @@
+/**
+ * The error family of trpc-idempotency.
+ *
+ * Every error carries a stable, machine-readable `reason`. They are recognised
+ * by a global symbol rather than only by `instanceof`, because an application
+ * can end up with two copies of this package (a monorepo, a bundled
+ * dependency), and an `instanceof` check across copies is always false.
+ * They are converted to `TRPCError` codes at the tRPC boundary and nowhere else.
+ */
+
+const brand = Symbol.for('trpc-idempotency.error');
+
+/** Why a request was refused by the idempotency layer. */
+export type IdempotencyErrorReason =
+  /** No key was sent for a procedure that requires one. */
+  | 'key_missing'
+  /** The key is empty, longer than 255 characters or not printable ASCII. */
+  | 'key_invalid'
+  /** Another request with this key is still running. */
+  | 'in_progress'
+  /** The key was used before with a different payload. */
+  | 'payload_mismatch'
+  /** The store could not be reached in time and the policy is fail-closed. */
+  | 'store_unavailable'
+  /** The result was too large to store; the key was released. */
+  | 'response_too_large'
+  /** The input cannot be fingerprinted (too deep, cyclic, unsupported value). */
+  | 'input_unsupported';
+
+export interface IdempotencyErrorOptions {
+  cause?: unknown;
+  /** Seconds after which a retry with the same key may succeed. */
+  retryAfter?: number;
+}
+
+/** The base class of every error this library throws at request time. */
+export class IdempotencyError extends Error {
+  override readonly name: string = 'IdempotencyError';
+  readonly reason: IdempotencyErrorReason;
+  /** Seconds the client should wait before retrying with the same key, where that helps. */
+  readonly retryAfter: number | undefined;
+  readonly [brand] = true;
+
+  constructor(reason: IdempotencyErrorReason, message: string, options: IdempotencyErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.reason = reason;
+    this.retryAfter = options.retryAfter;
+  }
+}
+
+/** The key is missing or malformed (HTTP 400). */
+export class IdempotencyKeyError extends IdempotencyError {
+  override readonly name = 'IdempotencyKeyError';
+}
+
+/** A request with the same key is still in flight (HTTP 409). */
+export class IdempotencyConflictError extends IdempotencyError {
+  override readonly name = 'IdempotencyConflictError';
+}
+
+/** The key was already used with another payload (HTTP 422). */
+export class IdempotencyMismatchError extends IdempotencyError {
+  override readonly name = 'IdempotencyMismatchError';
+}
+
+/** The store failed or timed out, and the policy is fail-closed (HTTP 503). */
+export class IdempotencyStoreError extends IdempotencyError {
+  override readonly name = 'IdempotencyStoreError';
+}
+
+/** The result could not be stored because it is larger than `maxResponseBytes` (HTTP 500). */
+export class IdempotencyResponseTooLargeError extends IdempotencyError {
+  override readonly name = 'IdempotencyResponseTooLargeError';
+}
+
+/** The input could not be fingerprinted (HTTP 400). */
+export class IdempotencyInputError extends IdempotencyError {
+  override readonly name = 'IdempotencyInputError';
+}
+
+/**
+ * Thrown when the library is configured wrongly, at creation time (never per
+ * request): a negative TTL, a lock longer than the retention, and so on.
+ */
+export class IdempotencyConfigError extends Error {
+  override readonly name = 'IdempotencyConfigError';
+}
+
+/** True for any error of this family, from any copy of the package. */
+export function isIdempotencyError(error: unknown): error is IdempotencyError {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[brand] === true;
+}
+
+/** Finds an idempotency error in `error` or its `cause` chain (a `TRPCError` wraps it as its cause). */
+export function findIdempotencyError(error: unknown): IdempotencyError | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 8 && current != null; depth++) {
+    if (isIdempotencyError(current)) return current;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+const retryableBrand = Symbol.for('trpc-idempotency.retryable');
+
+/**
+ * Marks a failure as retryable: instead of being stored and replayed, it
+ * releases the key so the client can fix the cause and retry with the same key.
+ * Use it for failures that happened before any side effect (a declined card,
+ * a validation done by a downstream service).
+ *
+ * @example
+ * throw retryable(new TRPCError({ code: 'BAD_REQUEST', message: 'Card declined' }));
+ */
+export function retryable<TError extends Error>(error: TError): TError {
+  Object.defineProperty(error, retryableBrand, { value: true, enumerable: false });
+  return error;
+}
+
+/** True if `error`, or an error in its `cause` chain, was marked with {@link retryable}. */
+export function isRetryable(error: unknown): boolean {
+  let current: unknown = error;
+  for (let depth = 0; depth < 8 && current != null; depth++) {
+    if (typeof current === 'object' && (current as Record<symbol, unknown>)[retryableBrand] === true) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}

@@ -1,0 +1,59 @@
+import { createHash } from 'node:crypto';
+
+/** What a check or a transition ended in. */
+export type IdempotencyEventResult =
+  /** The claim was won: the operation runs now. */
+  | 'acquired'
+  /** A stored outcome was replayed. */
+  | 'replayed'
+  /** The key was held by a running request: 409. */
+  | 'in_progress'
+  /** The key was used before with another payload: 422. */
+  | 'mismatch'
+  /** The outcome was stored (`state` says whether a result or a replayable error). */
+  | 'completed'
+  /** The claim was released so the key can be retried (`reason` says why). */
+  | 'released'
+  /** The claim was lost while the operation ran (it outlived `lockTtl` without renewal). */
+  | 'lease_lost'
+  /** A store call failed or timed out (`operation` says which). */
+  | 'store_error'
+  /** The operation ran without protection: fail-open, or no key and not required. */
+  | 'unprotected'
+  /** The request was refused before reaching the store: key missing or invalid. */
+  | 'rejected';
+
+/**
+ * One structured event. It never carries the raw key, the scope or the
+ * payload: `keyHash` is a truncated SHA-256 of the record's identity, enough
+ * to correlate the events of one key in logs.
+ */
+export interface IdempotencyEvent {
+  result: IdempotencyEventResult;
+  /** The operation name: the tRPC procedure path. */
+  name: string;
+  /** First 16 hex characters of SHA-256(scope, name, key); absent when there was no valid key. */
+  keyHash?: string;
+  /** Time spent on the step this event reports, in milliseconds. */
+  durationMs: number;
+  /** For `released`, `rejected`, `unprotected`: why. */
+  reason?: string;
+  /** For `completed`: which outcome was stored. */
+  state?: 'completed' | 'failed';
+  /** For `store_error`: which store call failed. */
+  operation?: 'claim' | 'complete' | 'release' | 'extend' | 'subscribe';
+  /** For `store_error`: the error's name and message (never its command arguments). */
+  error?: { name: string; message: string };
+}
+
+export type IdempotencyEventHandler = (event: IdempotencyEvent) => void;
+
+export function hashRecordId(id: string): string {
+  return createHash('sha256').update(id).digest('hex').slice(0, 16);
+}
+
+/** Name and message only: driver errors can hold command arguments (keys, bodies). */
+export function describeError(error: unknown): { name: string; message: string } {
+  if (error instanceof Error) return { name: error.name, message: error.message };
+  return { name: 'Error', message: String(error) };
+}

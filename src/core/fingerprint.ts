@@ -1,0 +1,115 @@
+import { createHash } from 'node:crypto';
+import { IdempotencyInputError } from './errors.js';
+
+/** Inputs nested deeper than this are refused rather than risk the stack. */
+export const MAX_FINGERPRINT_DEPTH = 512;
+
+/**
+ * A canonical, type-tagged encoding of `value`: object keys sorted, fields
+ * named in `exclude` dropped at any depth, and values JSON cannot represent
+ * (Date, BigInt, Map, Set, undefined, binary) given distinct, stable forms,
+ * so `{ a: 1n }` and `{ a: "1" }` never collide.
+ *
+ * Written by hand rather than with a stable-stringify package: none of them
+ * handles Map, Set and BigInt, strips fields and bounds depth in one pass,
+ * and this runs on every protected call.
+ */
+export function canonicalize(value: unknown, exclude?: ReadonlySet<string>): string {
+  return encode(value, exclude !== undefined && exclude.size > 0 ? exclude : undefined, []);
+}
+
+/**
+ * SHA-256 (base64url) of the operation name and the canonical input, the
+ * value compared when a key is reused.
+ */
+export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<string>): string {
+  return createHash('sha256').update(name).update('\n').update(canonicalize(input, exclude)).digest('base64url');
+}
+
+function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'number':
+      return `d${value}`;
+    case 'boolean':
+      return value ? 't' : 'f';
+    case 'undefined':
+      return 'u';
+    case 'bigint':
+      return `i${value}`;
+    case 'object':
+      return value === null ? 'n' : encodeObject(value, exclude, ancestors);
+    default:
+      throw new IdempotencyInputError(
+        'input_unsupported',
+        `The input contains a ${typeof value}, which cannot be fingerprinted. Send plain data (objects, arrays, strings, numbers).`,
+      );
+  }
+}
+
+function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
+  if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
+    throw new IdempotencyInputError(
+      'input_unsupported',
+      `The input is nested more than ${MAX_FINGERPRINT_DEPTH} levels deep and cannot be fingerprinted. Flatten the payload.`,
+    );
+  }
+  if (ancestors.includes(value)) {
+    throw new IdempotencyInputError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
+  }
+  if (value instanceof Date) {
+    const time = value.getTime();
+    return Number.isNaN(time) ? 'DNaN' : `D${time}`;
+  }
+  if (ArrayBuffer.isView(value)) {
+    return `B${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64')}`;
+  }
+  if (value instanceof ArrayBuffer) {
+    return `B${Buffer.from(value).toString('base64')}`;
+  }
+  ancestors.push(value);
+  let out: string;
+  if (Array.isArray(value)) {
+    out = '[';
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ',';
+      out += encode(value[i], exclude, ancestors);
+    }
+    out += ']';
+  } else if (value instanceof Map) {
+    const entries: string[] = [];
+    for (const [k, v] of value) {
+      if (exclude !== undefined && typeof k === 'string' && exclude.has(k)) continue;
+      entries.push(`${encode(k, exclude, ancestors)}=>${encode(v, exclude, ancestors)}`);
+    }
+    out = `M{${entries.sort().join(',')}}`;
+  } else if (value instanceof Set) {
+    const items: string[] = [];
+    for (const item of value) items.push(encode(item, exclude, ancestors));
+    out = `S[${items.sort().join(',')}]`;
+  } else if (value instanceof RegExp) {
+    out = `R${JSON.stringify(String(value))}`;
+  } else if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+    // Decimal, URL and similar value objects describe themselves.
+    out = `J${encode((value as { toJSON(): unknown }).toJSON(), exclude, ancestors)}`;
+  } else {
+    // Own enumerable keys only, read and never assigned: a key named
+    // `__proto__` is data here, not a prototype.
+    const keys = Object.keys(value).sort();
+    out = '{';
+    let first = true;
+    for (const k of keys) {
+      if (exclude !== undefined && exclude.has(k)) continue;
+      const v = (value as Record<string, unknown>)[k];
+      // An undefined property is absent, as it is on the JSON wire.
+      if (v === undefined) continue;
+      if (!first) out += ',';
+      first = false;
+      out += `${JSON.stringify(k)}:${encode(v, exclude, ancestors)}`;
+    }
+    out += '}';
+  }
+  ancestors.pop();
+  return out;
+}

@@ -1,0 +1,135 @@
+import { IdempotencyConfigError } from './errors.js';
+
+/** What happens to a request that finds its key held by a request still running. */
+export type InFlightPolicy = 'reject' | 'wait';
+/** What happens when the store fails or times out. */
+export type StoreErrorPolicy = 'fail-closed' | 'fail-open';
+
+/** The options that can be set for the whole engine and overridden per operation. */
+export interface IdempotencyPolicyOptions {
+  /**
+   * How long a finished outcome is kept and replayed, in milliseconds.
+   * @default 86_400_000 (24 hours, as Stripe)
+   */
+  ttl?: number;
+  /**
+   * How long a claim lives without renewal, in milliseconds. A crashed holder
+   * blocks its key for at most this long. It is renewed every `lockTtl / 3`
+   * while the operation runs, so it need not exceed the operation's duration.
+   * @default 30_000
+   */
+  lockTtl?: number;
+  /**
+   * `reject`: a request that finds its key in flight gets 409 at once.
+   * `wait`: it waits up to `waitTimeout` for the first request's outcome and
+   * replays it (or gets 409 if it is still running).
+   * @default 'reject'
+   */
+  inFlight?: InFlightPolicy;
+  /**
+   * How long a request waits in `inFlight: 'wait'` mode, in milliseconds.
+   * @default 10_000
+   */
+  waitTimeout?: number;
+  /**
+   * `fail-closed`: if the store fails, the request is refused with 503 and the
+   * operation does not run. `fail-open`: it runs unprotected and an event is emitted.
+   * @default 'fail-closed'
+   */
+  onStoreError?: StoreErrorPolicy;
+  /**
+   * The largest serialized outcome stored, in bytes. A larger one is not
+   * stored: the caller gets an error and the key is released.
+   * @default 1_048_576 (1 MiB)
+   */
+  maxResponseBytes?: number;
+  /**
+   * Field names left out of the fingerprint at any depth, for values that
+   * change between retries without changing the operation (timestamps, nonces).
+   * @default []
+   */
+  excludeFields?: readonly string[];
+}
+
+/** Defaults of {@link IdempotencyPolicyOptions}, exported for reuse. */
+export const DEFAULT_POLICY = Object.freeze({
+  ttl: 24 * 60 * 60 * 1000,
+  lockTtl: 30_000,
+  inFlight: 'reject' as InFlightPolicy,
+  waitTimeout: 10_000,
+  onStoreError: 'fail-closed' as StoreErrorPolicy,
+  maxResponseBytes: 1024 * 1024,
+  excludeFields: Object.freeze([]) as readonly string[],
+});
+
+/** A validated policy with every default applied. */
+export interface ResolvedPolicy {
+  readonly ttl: number;
+  readonly lockTtl: number;
+  readonly inFlight: InFlightPolicy;
+  readonly waitTimeout: number;
+  readonly onStoreError: StoreErrorPolicy;
+  readonly maxResponseBytes: number;
+  readonly exclude: ReadonlySet<string> | undefined;
+}
+
+/**
+ * Merges `overrides` over `base` and validates the result. Throws
+ * {@link IdempotencyConfigError} with what to change; it runs when the engine
+ * or a procedure is created, never per request.
+ */
+export function resolvePolicy(
+  base: IdempotencyPolicyOptions,
+  overrides: IdempotencyPolicyOptions = {},
+  where = 'idempotency options',
+): ResolvedPolicy {
+  const pick = <K extends keyof IdempotencyPolicyOptions>(k: K) =>
+    (overrides[k] ?? base[k] ?? DEFAULT_POLICY[k]) as NonNullable<IdempotencyPolicyOptions[K]>;
+  const ttl = pick('ttl');
+  const lockTtl = pick('lockTtl');
+  const inFlight = pick('inFlight');
+  const waitTimeout = pick('waitTimeout');
+  const onStoreError = pick('onStoreError');
+  const maxResponseBytes = pick('maxResponseBytes');
+  const excludeFields = pick('excludeFields');
+
+  positiveMs(ttl, 'ttl', where);
+  positiveMs(lockTtl, 'lockTtl', where);
+  if (lockTtl > ttl) {
+    throw new IdempotencyConfigError(
+      `${where}: lockTtl (${lockTtl} ms) is longer than ttl (${ttl} ms). A claim must not outlive the stored outcome; lower lockTtl or raise ttl.`,
+    );
+  }
+  if (inFlight !== 'reject' && inFlight !== 'wait') {
+    throw new IdempotencyConfigError(`${where}: inFlight must be 'reject' or 'wait', got ${JSON.stringify(inFlight)}.`);
+  }
+  if (!Number.isFinite(waitTimeout) || waitTimeout < 0) {
+    throw new IdempotencyConfigError(`${where}: waitTimeout must be a number of milliseconds >= 0, got ${String(waitTimeout)}.`);
+  }
+  if (onStoreError !== 'fail-closed' && onStoreError !== 'fail-open') {
+    throw new IdempotencyConfigError(
+      `${where}: onStoreError must be 'fail-closed' or 'fail-open', got ${JSON.stringify(onStoreError)}.`,
+    );
+  }
+  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes <= 0) {
+    throw new IdempotencyConfigError(`${where}: maxResponseBytes must be a positive integer, got ${String(maxResponseBytes)}.`);
+  }
+  if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string')) {
+    throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (strings).`);
+  }
+  return Object.freeze({
+    ttl,
+    lockTtl,
+    inFlight,
+    waitTimeout,
+    onStoreError,
+    maxResponseBytes,
+    exclude: excludeFields.length > 0 ? new Set(excludeFields) : undefined,
+  });
+}
+
+export function positiveMs(value: unknown, name: string, where: string): asserts value is number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new IdempotencyConfigError(`${where}: ${name} must be a positive number of milliseconds, got ${String(value)}.`);
+  }
+}

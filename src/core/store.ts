@@ -1,0 +1,80 @@
+/**
+ * The contract between the engine and a store.
+ *
+ * A store implements a few atomic operations on one record and nothing else:
+ * fingerprints, key validation, outcome policy, serialization and timing live
+ * once in the engine. Every transition that changes a claimed record is fenced
+ * by the claim's `token`: it succeeds only while the caller still holds the
+ * claim, so a holder whose claim expired and was taken over can never
+ * overwrite or delete the new holder's record.
+ */
+
+/** A record's state as the engine sees it. `in_progress` is a live claim. */
+export type RecordState = 'in_progress' | 'completed' | 'failed';
+
+export interface ClaimInput {
+  /** The record's identity (scope, operation name, client key), escaped. */
+  id: string;
+  /** The request fingerprint, stored with the claim. */
+  fingerprint: string;
+  /** A unique token that fences every later transition of this claim. */
+  token: string;
+  /** How long the claim lives unless extended, in milliseconds. */
+  lockTtl: number;
+  /**
+   * The caller will wait for the holder to finish: stores that can notify
+   * (see {@link IdempotencyStore.onSettled}) remember to do so.
+   */
+  waiting?: boolean;
+}
+
+export type ClaimResult =
+  /** The record was absent or expired: the caller now holds the claim. */
+  | { state: 'acquired' }
+  /** Another caller holds a live claim. */
+  | { state: 'in_progress'; fingerprint: string }
+  /**
+   * The operation finished earlier. `body` is omitted when the stored
+   * fingerprint differs from the claimant's (the engine will refuse the
+   * request, so there is no point in shipping the body).
+   */
+  | { state: 'completed' | 'failed'; fingerprint: string; body?: string };
+
+export interface CompleteInput {
+  id: string;
+  token: string;
+  /** `completed` for a stored result, `failed` for a stored (replayable) error. */
+  state: 'completed' | 'failed';
+  /** The serialized outcome, replayed as is. */
+  body: string;
+  /** How long the outcome is kept, in milliseconds. */
+  ttl: number;
+}
+
+export interface FencedInput {
+  id: string;
+  token: string;
+}
+
+export interface ExtendInput extends FencedInput {
+  /** The new claim lifetime from now, in milliseconds. */
+  lockTtl: number;
+}
+
+export interface IdempotencyStore {
+  /** Atomically claims `id`, or reports the record that is there. */
+  claim(input: ClaimInput): Promise<ClaimResult>;
+  /** Stores the outcome if `token` still holds the claim. Returns false if it does not. */
+  complete(input: CompleteInput): Promise<boolean>;
+  /** Deletes the claim if `token` still holds it, so the key can be retried. */
+  release(input: FencedInput): Promise<boolean>;
+  /** Renews the claim if `token` still holds it. Returns false if the claim was lost. */
+  extend(input: ExtendInput): Promise<boolean>;
+  /**
+   * Optional: calls `listener` when the record `id` is completed or released
+   * by a holder that was told someone waits. Returns the unsubscribe function.
+   * The engine also polls with bounded backoff, so a store without
+   * notifications (or a lost message) only delays a waiter.
+   */
+  onSettled?(id: string, listener: () => void): Promise<() => void>;
+}

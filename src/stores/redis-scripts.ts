@@ -1,0 +1,84 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The Redis store's state transitions, one atomic script each.
+ *
+ * A record is one hash (so it lives in one slot of a Redis Cluster) with the
+ * fields:
+ *   s  state: 'p' in progress, 'c' completed, 'f' failed (a stored error)
+ *   f  request fingerprint
+ *   t  claim token (only while in progress): fences complete, release, extend
+ *   b  serialized outcome (only once finished)
+ *   w  '1' if a request waits for this claim to settle (only while in progress)
+ * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
+ */
+
+export interface RedisScript {
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(source: string): RedisScript {
+  return { source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+/**
+ * KEYS[1] record key
+ * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait
+ * Returns {'a'} when claimed; {'p', fingerprint} when in flight; {state, fingerprint[, body]}
+ * when finished, the body only if the fingerprints match (no point shipping it otherwise).
+ */
+export const CLAIM = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 'f')
+if not rec[1] then
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {'a'}
+end
+if rec[1] == 'p' then
+  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', '1') end
+  return {'p', rec[2]}
+end
+if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
+return {rec[1], rec[2], redis.call('HGET', KEYS[1], 'b')}
+`);
+
+/**
+ * KEYS[1] record key
+ * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms), ARGV[5] notify channel
+ * Returns 1 if stored, 0 if the token no longer holds the claim.
+ */
+export const COMPLETE = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3])
+redis.call('HDEL', KEYS[1], 't', 'w')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if rec[3] then redis.call('PUBLISH', ARGV[5], KEYS[1]) end
+return 1
+`);
+
+/**
+ * KEYS[1] record key
+ * ARGV[1] token, ARGV[2] notify channel
+ * Returns 1 if deleted, 0 if the token no longer holds the claim.
+ */
+export const RELEASE = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if rec[3] then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+return 1
+`);
+
+/**
+ * KEYS[1] record key
+ * ARGV[1] token, ARGV[2] lockTtl (ms)
+ * Returns 1 if renewed, 0 if the token no longer holds the claim.
+ */
+export const EXTEND = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 't')
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`);

@@ -1,0 +1,148 @@
+import type { Cluster, Redis } from 'ioredis';
+import { IdempotencyConfigError } from '../core/errors.js';
+import type {
+  ClaimInput,
+  ClaimResult,
+  CompleteInput,
+  ExtendInput,
+  FencedInput,
+  IdempotencyStore,
+} from '../core/store.js';
+import { CLAIM, COMPLETE, EXTEND, RELEASE, type RedisScript } from './redis-scripts.js';
+
+export interface RedisStoreOptions {
+  /**
+   * Your ioredis client: a `Redis` (single node, Sentinel) or a `Cluster`.
+   * The store never reconfigures or closes it.
+   */
+  client: Redis | Cluster;
+  /**
+   * Prefix of every key the store writes. The record key is
+   * `<prefix>{<scope>:<path>:<key>}`; the braces are a hash tag, so a record
+   * lives in one Redis Cluster slot.
+   * @default 'idem:'
+   */
+  prefix?: string;
+}
+
+export interface RedisStore extends IdempotencyStore {
+  /** The Redis key of a record id (for inspection and tests). */
+  keyOf(id: string): string;
+  /**
+   * Closes the subscriber connection the store opened for `inFlight: 'wait'`
+   * notifications, if any. Your client is left alone.
+   */
+  close(): Promise<void>;
+}
+
+const STATES = { c: 'completed', f: 'failed' } as const;
+
+/**
+ * A store on Redis. Each transition is one Lua script sent as EVALSHA (EVAL
+ * once after a NOSCRIPT): a first execution costs 2 commands (claim,
+ * complete), a replay 1 and an in-flight rejection 1, plus a renewal every
+ * lockTtl / 3 for operations that run that long.
+ */
+export function redisStore(options: RedisStoreOptions): RedisStore {
+  // initialized config
+  const { client, prefix = 'idem:' } = options;
+  if (client === undefined || client === null || typeof (client as Redis).evalsha !== 'function') {
+    throw new IdempotencyConfigError('redisStore: `client` must be an ioredis Redis or Cluster instance.');
+  }
+  if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
+    throw new IdempotencyConfigError('redisStore: `prefix` must be a string without braces (the store adds the hash tag).');
+  }
+  const channel = `${prefix}settled`;
+  const keyOf = (id: string) => `${prefix}{${id}}`;
+
+  async function run(s: RedisScript, key: string, args: (string | number)[]): Promise<unknown> {
+    try {
+      return await client.evalsha(s.sha, 1, key, ...args);
+    } catch (error) {
+      // The script cache is empty after a restart or failover: send the source once.
+      if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
+        return client.eval(s.source, 1, key, ...args);
+      }
+      throw error;
+    }
+  }
+
+  // initialized on first wait: one subscriber connection, one channel, and
+  // the waiters of each record key.
+  let subscriber: Redis | Cluster | undefined;
+  let subscribed: Promise<void> | undefined;
+  const waiters = new Map<string, Set<() => void>>();
+
+  function subscribe(): Promise<void> {
+    if (subscribed !== undefined) return subscribed;
+    let sub = subscriber;
+    if (sub === undefined) {
+      // A subscribed connection can run nothing else: the store opens its own.
+      sub = subscriber = (client.duplicate as (this: Redis | Cluster) => Redis | Cluster).call(client);
+      sub.on('error', () => {
+        // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
+      });
+      sub.on('message', (_channel: string, key: string) => {
+        const set = waiters.get(key);
+        if (set !== undefined) for (const listener of set) listener();
+      });
+    }
+    const pending = sub.subscribe(channel).then(
+      () => undefined,
+      (error: unknown) => {
+        subscribed = undefined;
+        throw error;
+      },
+    );
+    subscribed = pending;
+    return pending;
+  }
+
+  return {
+    keyOf,
+
+    async claim({ id, fingerprint, token, lockTtl, waiting }: ClaimInput): Promise<ClaimResult> {
+      const reply = (await run(CLAIM, keyOf(id), [token, fingerprint, Math.ceil(lockTtl), waiting ? '1' : '0'])) as string[];
+      const state = reply[0];
+      if (state === 'a') return { state: 'acquired' };
+      if (state === 'p') return { state: 'in_progress', fingerprint: reply[1]! };
+      const finished = STATES[state as keyof typeof STATES];
+      if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
+      return reply.length > 2
+        ? { state: finished, fingerprint: reply[1]!, body: reply[2]! }
+        : { state: finished, fingerprint: reply[1]! };
+    },
+
+    async complete({ id, token, state, body, ttl }: CompleteInput): Promise<boolean> {
+      const reply = await run(COMPLETE, keyOf(id), [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel]);
+      return reply === 1;
+    },
+
+    async release({ id, token }: FencedInput): Promise<boolean> {
+      return (await run(RELEASE, keyOf(id), [token, channel])) === 1;
+    },
+
+    async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
+      return (await run(EXTEND, keyOf(id), [token, Math.ceil(lockTtl)])) === 1;
+    },
+
+    async onSettled(id: string, listener: () => void) {
+      await subscribe();
+      const key = keyOf(id);
+      let set = waiters.get(key);
+      if (set === undefined) waiters.set(key, (set = new Set()));
+      set.add(listener);
+      return () => {
+        set.delete(listener);
+        if (set.size === 0 && waiters.get(key) === set) waiters.delete(key);
+      };
+    },
+
+    async close() {
+      const sub = subscriber;
+      subscriber = undefined;
+      subscribed = undefined;
+      if (sub !== undefined) await sub.quit().catch(() => sub.disconnect());
+    },
+  };
+}
