@@ -1,0 +1,76 @@
+/**
+ * Reading the key from, and writing headers to, the HTTP request behind a tRPC
+ * call. tRPC gives middlewares only the context, so the request must be in it:
+ * `createContext: ({ req, res }) => ({ req, res })` with the standalone,
+ * node-http and Express adapters, `({ req, resHeaders })` with the fetch
+ * adapter. `getKey` replaces all of this for other transports.
+ */
+
+type HeaderBag = { get(name: string): string | null } | Record<string, string | string[] | undefined>;
+
+interface RequestLike {
+  headers?: HeaderBag;
+  url?: string;
+}
+
+interface ContextLike {
+  req?: RequestLike;
+  request?: RequestLike;
+  headers?: HeaderBag;
+  res?: { setHeader?: (name: string, value: string) => unknown; header?: (name: string, value: string) => unknown; headersSent?: boolean };
+  resHeaders?: { set(name: string, value: string): void };
+}
+
+function requestOf(ctx: unknown): RequestLike | undefined {
+  const c = ctx as ContextLike | undefined;
+  return c?.req ?? c?.request;
+}
+
+/** The headers of the request behind `ctx`, or undefined if the context carries none. */
+function headersOf(ctx: unknown): HeaderBag | undefined {
+  return requestOf(ctx)?.headers ?? (ctx as ContextLike | undefined)?.headers;
+}
+
+export function hasRequestHeaders(ctx: unknown): boolean {
+  return headersOf(ctx) !== undefined;
+}
+
+/** One header's value; `name` must be lower case. */
+export function readHeader(ctx: unknown, name: string): string | undefined {
+  const headers = headersOf(ctx);
+  if (headers === undefined) return undefined;
+  if (typeof headers.get === 'function') return (headers.get as (n: string) => string | null)(name) ?? undefined;
+  const value = (headers as Record<string, string | string[] | undefined>)[name];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/**
+ * The key of the call at `batchIndex`: `<header>-<i>` if sent (the batch
+ * wire format), else the plain header for the first call only, so one key can
+ * never apply to two calls of a batch.
+ */
+export function readKeyHeader(ctx: unknown, header: string, batchIndex: number): string | undefined {
+  return readHeader(ctx, `${header}-${batchIndex}`) ?? (batchIndex === 0 ? readHeader(ctx, header) : undefined);
+}
+
+const batchParam = /[?&]batch=(?:1|true)(?:&|$)/;
+
+/** True when the request is a tRPC batch (`?batch=1`), even a batch of one call. */
+export function isBatchRequest(ctx: unknown): boolean {
+  const url = requestOf(ctx)?.url;
+  return typeof url === 'string' && batchParam.test(url);
+}
+
+/** Sets a response header if the context gives a way to (fetch `resHeaders`, node `res`, Fastify reply). */
+export function setResponseHeader(ctx: unknown, name: string, value: string): void {
+  const c = ctx as ContextLike | undefined;
+  if (c === undefined || c === null) return;
+  if (c.resHeaders !== undefined && typeof c.resHeaders.set === 'function') {
+    c.resHeaders.set(name, value);
+  } else if (c.res !== undefined && typeof c.res.setHeader === 'function') {
+    // Streaming responses flush headers early; a late header is dropped, not an error.
+    if (c.res.headersSent !== true) c.res.setHeader(name, value);
+  } else if (c.res !== undefined && typeof c.res.header === 'function') {
+    c.res.header(name, value);
+  }
+}

@@ -1,0 +1,228 @@
+import type { TRPCCombinedDataTransformer, TRPCProcedureBuilder } from '@trpc/server';
+import { middlewareMarker } from '@trpc/server/unstable-core-do-not-import';
+import { createIdempotencyEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from '../core/engine.js';
+import {
+  IdempotencyConfigError,
+  IdempotencyConflictError,
+  IdempotencyKeyError,
+  isIdempotencyError,
+} from '../core/errors.js';
+import { parseIdempotencyKey } from '../core/key.js';
+import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
+import { trpcCodec } from './codec.js';
+import { toTRPCError } from './errors.js';
+import { hasRequestHeaders, isBatchRequest, readKeyHeader, setResponseHeader } from './http.js';
+
+/** Per-procedure options, set with `.meta({ idempotency: { ... } })`. */
+export interface IdempotencyProcedureOptions extends IdempotencyPolicyOptions {
+  /**
+   * `true`: a mutation without a key is refused with 400.
+   * `false`: it runs unprotected (a key, when sent, is still honoured).
+   * @default true
+   */
+  required?: boolean;
+}
+
+/**
+ * Add it to your meta type: `initTRPC.meta<IdempotencyMeta>()`. `false`
+ * turns protection off for one procedure built from an idempotent builder.
+ */
+export interface IdempotencyMeta {
+  idempotency?: IdempotencyProcedureOptions | false;
+}
+
+/** Options of {@link withIdempotency}. */
+export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptions {
+  /**
+   * Whether mutations must send a key; overridable per procedure.
+   * @default true
+   */
+  required?: boolean;
+  /**
+   * The request header that carries the key. In a batch, call `i` reads
+   * `<header>-<i>` (the plain header applies to call 0 only).
+   * @default 'Idempotency-Key'
+   */
+  header?: string;
+  /**
+   * The response header set to `true` on a replay (`<header>-<i>` per call in a batch).
+   * @default 'Idempotent-Replayed'
+   */
+  replayedHeader?: string;
+  /**
+   * Who a key belongs to: the same key sent by two scopes names two
+   * operations. Return the authenticated user or tenant id. Without a scope,
+   * anyone who learns a key can read its stored response: set it whenever
+   * responses are private.
+   * @default no scope: keys are global per procedure
+   */
+  scope?: (opts: { ctx: TContext; path: string }) => string | number | null | undefined | Promise<string | number | null | undefined>;
+  /**
+   * Reads the raw key instead of the request header (websockets, server-side
+   * callers, a key inside the input). Return `undefined` for "no key".
+   * @default the `header` of the request found in `ctx.req`, `ctx.request` or `ctx.headers`
+   */
+  getKey?: (opts: { ctx: TContext; path: string; batchIndex: number; input: unknown }) =>
+    | string
+    | null
+    | undefined
+    | Promise<string | null | undefined>;
+  /** An engine to share with other builders or with non-tRPC consumers; the options above then only configure the adapter. */
+  engine?: IdempotencyEngine;
+}
+
+// Carries the lease's signal from the middleware to the resolver through the
+// context (middlewares cannot replace the resolver's own `signal`).
+const leaseSignal = Symbol('trpc-idempotency.signal');
+
+type AnyBuilder = TRPCProcedureBuilder<any, any, any, any, any, any, any, any, any>;
+type ContextOf<B> = B extends TRPCProcedureBuilder<infer C, any, infer CO, any, any, any, any, any, any>
+  ? Omit<C, keyof CO> & CO
+  : never;
+
+/**
+ * Makes every mutation built from `base` idempotent. Chain `.input()`,
+ * `.use()` and `.meta()` in any order: the check always runs last, right
+ * before the resolver, so it sees the parsed input and the context your
+ * middlewares built. Queries and subscriptions are left untouched.
+ *
+ * @example
+ * export const idempotentProcedure = withIdempotency(authedProcedure, {
+ *   store: redisStore({ client: redis }),
+ *   scope: ({ ctx }) => ctx.user.id,
+ * });
+ * pay: idempotentProcedure.input(z.object({ amount: z.number() })).mutation(({ input }) => charge(input)),
+ */
+export function withIdempotency<TBuilder extends AnyBuilder>(
+  base: TBuilder,
+  options: WithIdempotencyOptions<ContextOf<TBuilder>> = {},
+): TBuilder {
+  // initialized config
+  const engine = options.engine ?? createIdempotencyEngine(options);
+  const header = (options.header ?? 'Idempotency-Key').toLowerCase();
+  const headerLabel = options.header ?? 'Idempotency-Key';
+  const replayedHeader = options.replayedHeader ?? 'Idempotent-Replayed';
+  const { scope, getKey } = options;
+  const defaultRequired = options.required ?? true;
+  if (!/^[A-Za-z0-9-]+$/.test(header) || !/^[A-Za-z0-9-]+$/.test(replayedHeader)) {
+    throw new IdempotencyConfigError('withIdempotency: header and replayedHeader must be header names (letters, digits, dashes).');
+  }
+  const transformer = (base._def as { config?: { transformer?: TRPCCombinedDataTransformer } }).config?.transformer;
+  const codec = trpcCodec(transformer);
+
+  // initialized per procedure, when `.mutation()` is called
+  function createMiddleware(path: string, policy: ResolvedPolicy, required: boolean) {
+    return async function idempotencyMiddleware(opts: any) {
+      const { ctx, batchIndex, input, signal } = opts;
+      if (opts.type !== 'mutation') return opts.next();
+      const procedurePath: string = opts.path ?? path;
+
+      let raw: string | null | undefined;
+      if (getKey !== undefined) {
+        raw = await getKey({ ctx, path: procedurePath, batchIndex, input });
+      } else {
+        if (!hasRequestHeaders(ctx)) {
+          throw new IdempotencyConfigError(
+            `Procedure ${procedurePath}: the tRPC context has no request headers to read ${headerLabel} from. ` +
+              'Return the request from createContext (`({ req, res }) => ({ req, res })`, or `({ req, resHeaders })` with the fetch adapter), or pass getKey.',
+          );
+        }
+        raw = readKeyHeader(ctx, header, batchIndex);
+      }
+
+      if (raw === undefined || raw === null) {
+        if (!required) {
+          engine.emit({ result: 'unprotected', name: procedurePath, durationMs: 0, reason: 'no_key' });
+          return opts.next();
+        }
+        engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
+        const where = isBatchRequest(ctx) && batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
+        throw toTRPCError(
+          new IdempotencyKeyError(
+            'key_missing',
+            `This mutation requires an ${headerLabel} header. Generate a unique key (such as a UUID v4) when the user starts the operation and send it on every retry.${where}`,
+          ),
+        );
+      }
+
+      let key: string;
+      try {
+        key = parseIdempotencyKey(String(raw), headerLabel);
+      } catch (error) {
+        engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_invalid' });
+        throw isIdempotencyError(error) ? toTRPCError(error) : error;
+      }
+
+      const scopeValue = scope === undefined ? undefined : await scope({ ctx, path: procedurePath });
+
+      let result;
+      try {
+        result = await engine.execute({
+          key,
+          name: procedurePath,
+          scope: scopeValue === undefined || scopeValue === null ? undefined : String(scopeValue),
+          payload: input,
+          policy,
+          codec,
+          signal,
+          run: async ({ signal: lease }) => {
+            const next = await opts.next({ ctx: { [leaseSignal]: lease } });
+            if (!next.ok) throw next.error;
+            return next.data;
+          },
+        });
+      } catch (error) {
+        if (!isIdempotencyError(error)) throw error;
+        if (error instanceof IdempotencyConflictError || error.retryAfter !== undefined) {
+          setResponseHeader(ctx, 'Retry-After', String(error.retryAfter ?? 1));
+        }
+        throw toTRPCError(error);
+      }
+
+      if (result.replayed) {
+        setResponseHeader(ctx, isBatchRequest(ctx) ? `${replayedHeader}-${batchIndex}` : replayedHeader, 'true');
+      }
+      if (!result.ok) throw isIdempotencyError(result.error) ? toTRPCError(result.error) : result.error;
+      return { marker: middlewareMarker, ok: true as const, data: result.value };
+    };
+  }
+
+  // Every builder method returns a wrapped builder, and `.mutation()` appends
+  // the check as the last middleware, so chaining order does not matter.
+  function wrap(builder: AnyBuilder): AnyBuilder {
+    return new Proxy(builder, {
+      get(target, prop, receiver) {
+        if (prop === 'mutation') {
+          return (resolver: (opts: any) => unknown) => {
+            const meta = (target._def.meta as IdempotencyMeta | undefined)?.idempotency;
+            if (meta === false) return target.mutation(resolver);
+            const where = 'meta.idempotency';
+            const policy = meta === undefined ? engine.defaults : engine.policy(meta, where);
+            const required = meta?.required ?? defaultRequired;
+            return target.use(createMiddleware('', policy, required)).mutation(function idempotentResolver(opts: any) {
+              const lease: AbortSignal | undefined = opts.ctx?.[leaseSignal];
+              return resolver(lease === undefined ? opts : { ...opts, signal: lease });
+            });
+          };
+        }
+        const value = Reflect.get(target, prop, receiver);
+        if (typeof value !== 'function' || prop === 'query' || prop === 'subscription') return value;
+        return (...args: unknown[]) => {
+          const out = (value as (...a: unknown[]) => unknown).apply(target, args);
+          return isBuilder(out) ? wrap(out) : out;
+        };
+      },
+    });
+  }
+
+  return wrap(base) as TBuilder;
+}
+
+function isBuilder(value: unknown): value is AnyBuilder {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as AnyBuilder).mutation === 'function' &&
+    (value as AnyBuilder)._def?.procedure === true
+  );
+}
