@@ -1,0 +1,88 @@
+import { describe, expect, it } from 'vitest';
+import { canonicalize, fingerprint, IdempotencyInputError, MAX_FINGERPRINT_DEPTH } from '../src/index.js';
+
+describe('fingerprint', () => {
+  it('is a SHA-256 in base64url, independent of key order at any depth', () => {
+    const a = fingerprint('pay', { x: 1, y: { b: [1, { d: 1, c: 2 }], a: 'z' } });
+    const b = fingerprint('pay', { y: { a: 'z', b: [1, { c: 2, d: 1 }] }, x: 1 });
+    expect(a).toBe(b);
+    expect(a).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+
+  it('depends on the procedure path and on array order', () => {
+    expect(fingerprint('pay', { a: 1 })).not.toBe(fingerprint('refund', { a: 1 }));
+    expect(fingerprint('pay', [1, 2])).not.toBe(fingerprint('pay', [2, 1]));
+  });
+
+  it('removes excluded fields at any depth, in objects, arrays and maps', () => {
+    const exclude = new Set(['ts', 'nonce']);
+    const one = { amount: 1, ts: 1, items: [{ id: 'a', nonce: 'x' }], meta: new Map([['ts', 1], ['k', 2]]) };
+    const two = { amount: 1, ts: 2, items: [{ id: 'a', nonce: 'y' }], meta: new Map([['ts', 9], ['k', 2]]) };
+    expect(fingerprint('p', one, exclude)).toBe(fingerprint('p', two, exclude));
+    expect(fingerprint('p', one)).not.toBe(fingerprint('p', two));
+    expect(fingerprint('p', { ...one, amount: 2 }, exclude)).not.toBe(fingerprint('p', one, exclude));
+  });
+
+  it('encodes values JSON cannot represent, deterministically and distinctly', () => {
+    const distinct = [
+      1,
+      '1',
+      1n,
+      true,
+      'true',
+      null,
+      undefined,
+      'null',
+      new Date(0),
+      0,
+      new Date(Number.NaN),
+      new Map([['a', 1]]),
+      { a: 1 },
+      new Set([1]),
+      [1],
+      new Uint8Array([1, 2]),
+      [1, 2],
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      /re/g,
+    ];
+    const encoded = distinct.map((v) => canonicalize(v));
+    expect(new Set(encoded).size).toBe(distinct.length);
+    expect(canonicalize(new Set([3, 1, 2]))).toBe(canonicalize(new Set([2, 3, 1])));
+    expect(canonicalize(new Map([['b', 1], ['a', 2]]))).toBe(canonicalize(new Map([['a', 2], ['b', 1]])));
+    expect(canonicalize(new Date('2026-01-01T00:00:00Z'))).toBe(canonicalize(new Date(1767225600000)));
+    // an undefined property is absent, as on the JSON wire
+    expect(canonicalize({ a: 1, b: undefined })).toBe(canonicalize({ a: 1 }));
+    expect(canonicalize([undefined])).not.toBe(canonicalize([null]));
+  });
+
+  it('treats __proto__, constructor and prototype as plain data and pollutes nothing', () => {
+    const hostile = JSON.parse('{"__proto__": {"polluted": true}, "constructor": {"prototype": {"polluted": true}}}');
+    const exclude = new Set(['__proto__', 'prototype']);
+    const withExcluded = canonicalize(hostile, exclude);
+    expect(withExcluded).toBe('{"constructor":{}}');
+    expect(canonicalize(hostile)).toContain('"__proto__":{"polluted":t}');
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(Object.prototype.hasOwnProperty.call(Object.prototype, 'polluted')).toBe(false);
+  });
+
+  it('refuses cycles and excessive depth with a clear error instead of overflowing the stack', () => {
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.self = cyclic;
+    expect(() => fingerprint('p', cyclic)).toThrow(IdempotencyInputError);
+    expect(() => fingerprint('p', cyclic)).toThrow(/contains a cycle/);
+
+    let deep: unknown = 'leaf';
+    for (let i = 0; i < 50_000; i++) deep = [deep];
+    expect(() => fingerprint('p', deep)).toThrow(new RegExp(`nested more than ${MAX_FINGERPRINT_DEPTH} levels`));
+
+    // the same object twice, side by side, is not a cycle
+    const shared = { v: 1 };
+    expect(() => fingerprint('p', { a: shared, b: shared })).not.toThrow();
+  });
+
+  it('refuses functions and symbols', () => {
+    expect(() => canonicalize({ f: () => 1 })).toThrow(/contains a function/);
+    expect(() => canonicalize([Symbol('s')])).toThrow(/contains a symbol/);
+  });
+});
