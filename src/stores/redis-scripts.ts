@@ -29,7 +29,7 @@ function script(source: string): RedisScript {
  * when finished, the body only if the fingerprints match (no point shipping it otherwise).
  */
 export const CLAIM = script(`
-local rec = redis.call('HMGET', KEYS[1], 's', 'f')
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b')
 if not rec[1] then
   redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -40,7 +40,7 @@ if rec[1] == 'p' then
   return {'p', rec[2]}
 end
 if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
-return {rec[1], rec[2], redis.call('HGET', KEYS[1], 'b')}
+return {rec[1], rec[2], rec[3]}
 `);
 
 /**

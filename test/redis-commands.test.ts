@@ -1,0 +1,64 @@
+/**
+ * What each path costs in Redis commands, read from INFO commandstats of a
+ * Redis server of this test's own (the shared one sees other test files).
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createIdempotencyEngine } from '../src/index.js';
+import { redisStore } from '../src/redis.js';
+import { commandCalls, delta, type PrivateRedis, startPrivateRedis } from './helpers/redis-server.js';
+import { gate } from './helpers/trpc.js';
+
+let server: PrivateRedis;
+let client: Redis;
+let admin: Redis;
+
+beforeAll(async () => {
+  server = await startPrivateRedis();
+  client = new Redis({ port: server.port });
+  admin = new Redis({ port: server.port });
+});
+afterAll(async () => {
+  client.disconnect();
+  admin.disconnect();
+  await server.stop();
+});
+
+/** The commands sent by the store (scripts count once; what they call inside is listed apart). */
+async function measure(action: () => Promise<unknown>) {
+  const before = await commandCalls(admin);
+  await action();
+  const all = delta(before, await commandCalls(admin));
+  delete all.info; // the measurement's own
+  const sent = (all.evalsha ?? 0) + (all.eval ?? 0);
+  return { sent, all };
+}
+
+describe('Redis commands per request', () => {
+  it('first execution: 2 (claim, complete); replay: 1; in-flight rejection: 1', async () => {
+    const engine = createIdempotencyEngine({ store: redisStore({ client }) });
+    const input = { key: randomUUID(), name: 'pay', payload: { amount: 1 } };
+    await engine.run({ key: 'warm-up', name: 'pay', payload: {} }, async () => 0); // loads the scripts once
+
+    const first = await measure(() => engine.run(input, async () => ({ ok: true })));
+    const replay = await measure(() => engine.run(input, async () => ({ ok: true })));
+
+    const running = gate();
+    const held = { key: randomUUID(), name: 'pay', payload: { amount: 2 } };
+    const holder = engine.run(held, () => running.opened.then(() => 1));
+    await expect.poll(() => client.exists(`idem:{:pay:${held.key}}`)).toBe(1);
+    let refusal: unknown;
+    const rejection = await measure(() => engine.run(held, async () => 2).catch((e) => (refusal = e)));
+    expect(refusal).toMatchObject({ reason: 'in_progress' });
+    running.open();
+    await holder;
+
+    expect(first.sent).toBe(2);
+    expect(first.all).toEqual({ evalsha: 2, hmget: 2, hset: 2, pexpire: 2, hdel: 1 });
+    expect(replay.sent).toBe(1);
+    expect(replay.all).toEqual({ evalsha: 1, hmget: 1 });
+    expect(rejection.sent).toBe(1);
+    expect(rejection.all).toMatchObject({ evalsha: 1, hmget: 1 });
+  });
+});
