@@ -161,9 +161,11 @@ describe('7. the store is unreachable', () => {
   it('fail-closed (the default): 503 within the store timeout, and the procedure does not run', async () => {
     const dead = deadRedis();
     const app = setup(redisStore({ client: dead }), { storeTimeout: 300 });
-    const client = await serve(app);
+    const seen: Seen = [];
+    const client = await serve(app, seen);
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }));
-    expect(error.data).toMatchObject({ httpStatus: 503, code: 'SERVICE_UNAVAILABLE', idempotency: { reason: 'store_unavailable' } });
+    expect(error.data).toMatchObject({ httpStatus: 503, code: 'SERVICE_UNAVAILABLE', idempotency: { reason: 'store_unavailable', retryAfter: 1 } });
+    expect(seen[0]!.get('retry-after')).toBe('1');
     expect(error.message).toMatch(/Retry later with the same key/);
     expect(app.executions).toHaveLength(0);
     expect(app.events.map((e) => e.result)).toEqual(['store_error']);
@@ -176,7 +178,8 @@ describe('7. the store is unreachable', () => {
     const client = await serve(app);
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }));
     expect(error.data).toMatchObject({ httpStatus: 503, idempotency: { reason: 'store_unavailable' } });
-    expect(error.message).toMatch(/did not answer claim within 300 ms/);
+    expect(error.message).toMatch(/Retry later with the same key/);
+    expect(app.events).toMatchObject([{ result: 'store_error', operation: 'claim', error: { message: 'The idempotency store did not answer claim within 300 ms.' } }]);
     expect(app.executions).toHaveLength(0);
     await hung.close();
   });

@@ -212,13 +212,13 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         emit({ result: 'unprotected', name, keyHash, durationMs, reason: 'store_error' });
         return runUnprotected(input);
       }
-      throw isIdempotencyError(error)
-        ? error
-        : new IdempotencyStoreError(
-            'store_unavailable',
-            'The idempotency store is unavailable, so the request was not run. Retry later with the same key.',
-            { cause: error, retryAfter },
-          );
+      if (isIdempotencyError(error) && !(error instanceof IdempotencyStoreError)) throw error;
+      throw new IdempotencyStoreError(
+        'store_unavailable',
+        // Driver messages can name internal hosts: they go to events, not to clients.
+        'The idempotency store is unavailable, so the request was not run. Retry later with the same key.',
+        { cause: error, retryAfter },
+      );
     }
     const durationMs = performance.now() - checkStart;
 
