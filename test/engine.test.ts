@@ -6,7 +6,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../src/index.js';
 import { redisStore } from '../src/redis.js';
 import { gate } from './helpers/trpc.js';
-import { connectRedis, deleteByPrefix, sleep, uniquePrefix } from './helpers/redis.js';
+import { Redis } from 'ioredis';
+import { startTcpProxy } from './helpers/proxy.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from './helpers/redis.js';
 
 const redis = connectRedis();
 const prefix = uniquePrefix('engine');
@@ -114,5 +116,28 @@ describe('engine outside tRPC', () => {
       },
     });
     await expect(engine.run({ key: 'k', name: 'op', payload: 1 }, async () => 2)).resolves.toEqual({ value: 2, replayed: false });
+  });
+});
+
+describe('a slow store', () => {
+  it('gives back a claim that lands after the store timeout, instead of blocking the key for lockTtl', async () => {
+    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const slowClient = new Redis({ port: proxy.port });
+    await slowClient.ping();
+    proxy.setDelay(400);
+    const store = redisStore({ client: slowClient, prefix });
+    const engine = createIdempotencyEngine({ store, storeTimeout: 100, lockTtl: 30_000 });
+    const key = randomUUID();
+    let ran = false;
+    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => (ran = true))).rejects.toMatchObject({ reason: 'store_unavailable' });
+    expect(ran).toBe(false);
+    // the claim reached Redis at once; its answer comes 400 ms late
+    expect(await redis.exists(store.keyOf(`:op:${key}`))).toBe(1);
+    await expect.poll(() => redis.exists(store.keyOf(`:op:${key}`)), { timeout: 3_000 }).toBe(0);
+    proxy.setDelay(0);
+    await sleep(500); // the release's own answer is still on its way through the proxy
+    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => 'ran')).resolves.toEqual({ value: 'ran', replayed: false });
+    slowClient.disconnect();
+    await proxy.close();
   });
 });

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import {
+  IdempotencyConfigError,
   IdempotencyConflictError,
   IdempotencyMismatchError,
   IdempotencyResponseTooLargeError,
@@ -104,7 +105,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
   positiveMs(storeTimeout, 'storeTimeout', 'idempotency options');
   const retryAfter = options.retryAfter ?? 1;
   if (!Number.isInteger(retryAfter) || retryAfter < 0) {
-    throw new TypeError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
+    throw new IdempotencyConfigError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
   }
   const onEvent = options.onEvent;
   const now = options.now ?? Date.now;

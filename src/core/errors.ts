@@ -93,9 +93,13 @@ export function isIdempotencyError(error: unknown): error is IdempotencyError {
 
 /** Finds an idempotency error in `error` or its `cause` chain (a `TRPCError` wraps it as its cause). */
 export function findIdempotencyError(error: unknown): IdempotencyError | undefined {
+  return findInCauses(error, isIdempotencyError);
+}
+
+function findInCauses<T>(error: unknown, test: (e: unknown) => e is T): T | undefined {
   let current: unknown = error;
   for (let depth = 0; depth < 8 && current != null; depth++) {
-    if (isIdempotencyError(current)) return current;
+    if (test(current)) return current;
     current = (current as { cause?: unknown }).cause;
   }
   return undefined;
@@ -119,10 +123,9 @@ export function retryable<TError extends Error>(error: TError): TError {
 
 /** True if `error`, or an error in its `cause` chain, was marked with {@link retryable}. */
 export function isRetryable(error: unknown): boolean {
-  let current: unknown = error;
-  for (let depth = 0; depth < 8 && current != null; depth++) {
-    if (typeof current === 'object' && (current as Record<symbol, unknown>)[retryableBrand] === true) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
+  return findInCauses(error, isMarkedRetryable) !== undefined;
+}
+
+function isMarkedRetryable(error: unknown): error is object {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[retryableBrand] === true;
 }
