@@ -3,12 +3,14 @@
  * server and client, on each store:
  *   1 no key: 400            2 first call: runs, stored     3 same key: replayed
  *   4 other payload: 422     5 concurrent: one runs, 409    6 crashed holder: retry runs after lockTtl
- *   7 store down: 503 fail-closed, runs fail-open (Redis only: the memory store cannot be down)
+ *   7 store down: 503 fail-closed, runs fail-open (Redis and PostgreSQL: the embedded stores cannot be down)
  * The crash of a real process is in multiprocess.test.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
 import { z } from 'zod';
 import {
   fingerprint,
@@ -20,7 +22,9 @@ import {
   recordId,
   withIdempotency,
 } from '../src/index.js';
+import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
+import { isolatedSchema, type PgSchema, pgliteDb } from './helpers/postgres.js';
 import { connectRedis, deadRedis, deleteByPrefix, hungRedis, uniquePrefix } from './helpers/redis.js';
 import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
 
@@ -77,9 +81,21 @@ afterAll(async () => {
   redis.disconnect();
 });
 
+let pgs: PgSchema;
+let lite: Awaited<ReturnType<typeof pgliteDb>>;
+beforeAll(async () => {
+  [pgs, lite] = await Promise.all([isolatedSchema('scenarios'), pgliteDb()]);
+});
+afterAll(async () => {
+  await pgs?.drop();
+  await lite?.close();
+});
+
 const stores: [string, () => IdempotencyStore][] = [
   ['memory', () => memoryStore()],
   ['redis', () => redisStore({ client: redis, prefix })],
+  ['postgres', () => drizzleStore({ db: pgs.db })],
+  ['PGlite', () => drizzleStore({ db: lite.db })],
 ];
 
 describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
@@ -197,5 +213,37 @@ describe('7. the store is unreachable', () => {
       ['unprotected', 'store_error'],
     ]);
     dead.disconnect();
+  });
+});
+
+describe('7. PostgreSQL is unreachable', () => {
+  const deadPostgres = () => {
+    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMillis: 2_000 });
+    pool.on('error', () => {});
+    return { store: drizzleStore({ db: drizzlePg(pool) }), pool };
+  };
+
+  it('fail-closed: 503 and the procedure does not run', async () => {
+    const { store, pool } = deadPostgres();
+    const app = setup(store);
+    const client = await serve(app);
+    const key = randomUUID();
+    const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
+    expect(error.data).toMatchObject({ httpStatus: 503, idempotency: { reason: 'store_unavailable' } });
+    expect(app.executions).toHaveLength(0);
+    expect(app.events[0]).toMatchObject({ result: 'store_error', operation: 'claim', error: { message: expect.stringMatching(/ECONNREFUSED/) } });
+    // Drizzle quotes the statement and its parameters in its errors: none of that reaches events
+    expect(JSON.stringify(app.events)).not.toContain(key);
+    expect(JSON.stringify(app.events)).not.toContain('insert into');
+    await pool.end();
+  });
+
+  it('fail-open: the procedure runs unprotected', async () => {
+    const { store, pool } = deadPostgres();
+    const app = setup(store, { onStoreError: 'fail-open' });
+    const client = await serve(app);
+    await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } })).resolves.toMatchObject({ amount: 100 });
+    expect(app.executions).toHaveLength(1);
+    await pool.end();
   });
 });

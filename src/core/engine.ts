@@ -45,6 +45,14 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
   now?: () => number;
 }
 
+/** What the operation receives. */
+export interface RunOptions {
+  /** Aborts when the caller's signal does, or when the claim is lost (the operation may then run elsewhere). */
+  signal: AbortSignal;
+  /** With `transaction: true`: the store's transaction (a Drizzle transaction); make your writes through it. */
+  transaction?: unknown;
+}
+
 /** One operation to run at most once per key. */
 export interface ExecuteInput<T> {
   /** The client's key, already validated (see `parseIdempotencyKey`). */
@@ -55,8 +63,11 @@ export interface ExecuteInput<T> {
   scope?: string | undefined;
   /** The operation's input, fingerprinted to detect reuse of a key with another payload. */
   payload: unknown;
-  /** The operation. `signal` aborts if the caller's signal does or if the claim is lost. */
-  run: (opts: { signal: AbortSignal }) => Promise<T>;
+  /**
+   * The operation. `signal` aborts if the caller's signal does or if the
+   * claim is lost; `transaction` is the store's transaction in transactional mode.
+   */
+  run: (opts: RunOptions) => Promise<T>;
   /** How outcomes are serialized and which errors are stored. */
   codec?: OutcomeCodec<T>;
   /** A policy from {@link IdempotencyEngine.policy}; the engine's own when omitted. */
@@ -110,6 +121,9 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
   const onEvent = options.onEvent;
   const now = options.now ?? Date.now;
   const defaults = resolvePolicy(options, {}, 'idempotency options');
+  if (defaults.transaction && store.transaction === undefined) {
+    throw new IdempotencyConfigError('idempotency options: transaction: true needs a store with transactions (the Drizzle store); this store has none.');
+  }
 
   function emit(event: IdempotencyEvent) {
     if (onEvent === undefined) return;
@@ -277,52 +291,90 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       onLost: () => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started }),
     });
 
+    /** The stored form of a result, or an error saying why it cannot be stored. */
+    const encode = (value: T): { body: string } | { error: unknown; reason: string } => {
+      let body: string;
+      try {
+        body = codec.serialize(value);
+      } catch (error) {
+        return { error, reason: 'serialization_error' };
+      }
+      return byteLengthExceeds(body, policy.maxResponseBytes) ? { error: tooLarge(policy), reason: 'response_too_large' } : { body };
+    };
+
     let outcome: ExecuteResult<T>;
+    let pending: { state: 'completed' | 'failed'; body: string } | undefined;
+    let releaseReason = 'error';
     try {
-      outcome = { ok: true, value: await input.run({ signal: lease.signal }), replayed: false };
+      if (policy.transaction) {
+        // The operation's writes and its stored outcome commit together, or
+        // neither does: a crash before the commit leaves a claim that expires.
+        const value = await store.transaction!(async (tx) => {
+          const result = await input.run({ signal: lease.signal, transaction: tx.handle });
+          const encoded = encode(result);
+          if ('error' in encoded) {
+            releaseReason = encoded.reason;
+            throw encoded.error;
+          }
+          // From here the row lock held by this transaction fences the claim.
+          lease.stop();
+          const stored = await storeCall('complete', () =>
+            tx.complete({ id, token, state: 'completed', body: encoded.body, ttl: policy.ttl }),
+          );
+          if (!stored) {
+            emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
+            releaseReason = 'fenced'; // nothing to release: the claim is someone else's
+            throw new IdempotencyConflictError(
+              'in_progress',
+              'The claim on this key expired while the operation ran, so its transaction was rolled back; another request now holds the key. Retry with the same key.',
+              { retryAfter },
+            );
+          }
+          return result;
+        });
+        emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
+        return { ok: true, value, replayed: false };
+      }
+      const value = await input.run({ signal: lease.signal });
+      lease.stop();
+      const encoded = encode(value);
+      if ('error' in encoded) {
+        releaseReason = encoded.reason;
+        outcome = { ok: false, error: encoded.error, replayed: false };
+      } else {
+        outcome = { ok: true, value, replayed: false };
+        pending = { state: 'completed', body: encoded.body };
+      }
     } catch (error) {
       outcome = { ok: false, error, replayed: false };
     } finally {
       lease.stop();
     }
 
-    let body: string | undefined;
-    let state: 'completed' | 'failed' = 'completed';
-    let releaseReason = 'error';
-    try {
-      if (outcome.ok) {
-        body = codec.serialize(outcome.value);
-      } else if (isRetryable(outcome.error)) {
+    // A failure: stored and replayed as it is, or the key released for a retry.
+    if (!outcome.ok && releaseReason === 'error') {
+      if (isRetryable(outcome.error)) {
         releaseReason = 'retryable';
       } else {
-        body = codec.serializeError(outcome.error);
-        state = 'failed';
+        try {
+          const body = codec.serializeError(outcome.error);
+          if (body !== undefined) pending = { state: 'failed', body };
+        } catch {
+          // An error that cannot be serialized is released, like a 5xx.
+        }
       }
-    } catch (error) {
-      // An outcome that cannot be serialized cannot be replayed: release and report.
-      body = undefined;
-      releaseReason = 'serialization_error';
-      outcome = { ok: false, error, replayed: false };
-    }
-    if (body !== undefined && byteLengthExceeds(body, policy.maxResponseBytes)) {
-      body = undefined;
-      releaseReason = 'response_too_large';
-      outcome = {
-        ok: false,
-        replayed: false,
-        error: new IdempotencyResponseTooLargeError(
-          'response_too_large',
-          `The result is larger than maxResponseBytes (${policy.maxResponseBytes} bytes) and was not stored; the key was released. ` +
-            'Return a smaller result or raise maxResponseBytes.',
-        ),
-      };
     }
 
     const settleStart = performance.now();
-    if (body === undefined) {
+    if (releaseReason === 'fenced') return outcome;
+    if (pending === undefined) {
       try {
-        await storeCall('release', () => store.release({ id, token }));
-        emit({ result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: releaseReason });
+        const released = await storeCall('release', () => store.release({ id, token }));
+        emit(
+          released
+            ? { result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: releaseReason }
+            : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
+        );
       } catch (error) {
         // The claim expires after lockTtl anyway; the client's retry meets 409 until then.
         emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'release', error: describeError(error) });
@@ -330,7 +382,8 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       return outcome;
     }
     try {
-      const stored = await storeCall('complete', () => store.complete({ id, token, state, body: body!, ttl: policy.ttl }));
+      const { state, body } = pending;
+      const stored = await storeCall('complete', () => store.complete({ id, token, state, body, ttl: policy.ttl }));
       emit(
         stored
           ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state }
@@ -353,11 +406,27 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
   return {
     defaults,
     store,
-    policy: (overrides, where) => resolvePolicy(options, overrides, where),
+    policy(overrides, where = 'idempotency options') {
+      const policy = resolvePolicy(options, overrides, where);
+      if (policy.transaction && store.transaction === undefined) {
+        throw new IdempotencyConfigError(
+          `${where}: transaction: true needs a store with transactions (the Drizzle store); this store has none.`,
+        );
+      }
+      return policy;
+    },
     execute,
     run,
     emit,
   };
+}
+
+function tooLarge(policy: ResolvedPolicy): IdempotencyResponseTooLargeError {
+  return new IdempotencyResponseTooLargeError(
+    'response_too_large',
+    `The result is larger than maxResponseBytes (${policy.maxResponseBytes} bytes) and was not stored; the key was released. ` +
+      'Return a smaller result or raise maxResponseBytes.',
+  );
 }
 
 function byteLengthExceeds(body: string, max: number): boolean {

@@ -49,6 +49,13 @@ export interface IdempotencyPolicyOptions {
    * @default []
    */
   excludeFields?: readonly string[];
+  /**
+   * Run the operation inside a store transaction (stores that have one: the
+   * Drizzle store) and store the outcome in that same transaction, so the
+   * operation's own database writes and its stored outcome commit together.
+   * @default false
+   */
+  transaction?: boolean;
 }
 
 /** Defaults of {@link IdempotencyPolicyOptions}, exported for reuse. */
@@ -60,6 +67,7 @@ export const DEFAULT_POLICY = Object.freeze({
   onStoreError: 'fail-closed' as StoreErrorPolicy,
   maxResponseBytes: 1024 * 1024,
   excludeFields: Object.freeze([]) as readonly string[],
+  transaction: false,
 });
 
 /** A validated policy with every default applied. */
@@ -71,6 +79,7 @@ export interface ResolvedPolicy {
   readonly onStoreError: StoreErrorPolicy;
   readonly maxResponseBytes: number;
   readonly exclude: ReadonlySet<string> | undefined;
+  readonly transaction: boolean;
 }
 
 /**
@@ -92,6 +101,7 @@ export function resolvePolicy(
   const onStoreError = pick('onStoreError');
   const maxResponseBytes = pick('maxResponseBytes');
   const excludeFields = pick('excludeFields');
+  const transaction = pick('transaction');
 
   positiveMs(ttl, 'ttl', where);
   positiveMs(lockTtl, 'lockTtl', where);
@@ -117,7 +127,11 @@ export function resolvePolicy(
   if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string')) {
     throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (strings).`);
   }
+  if (typeof transaction !== 'boolean') {
+    throw new IdempotencyConfigError(`${where}: transaction must be true or false, got ${JSON.stringify(transaction)}.`);
+  }
   return Object.freeze({
+    transaction,
     ttl,
     lockTtl,
     inFlight,

@@ -9,6 +9,13 @@
  * overwrite or delete the new holder's record.
  */
 
+/**
+ * Where the tRPC adapter puts the store transaction in the context of a
+ * procedure in transactional mode. A global symbol: the adapter and the store
+ * may come from two copies of the package.
+ */
+export const TRANSACTION_CONTEXT: unique symbol = Symbol.for('trpc-idempotency.transaction') as never;
+
 /** A record's state as the engine sees it. `in_progress` is a live claim. */
 export type RecordState = 'in_progress' | 'completed' | 'failed';
 
@@ -61,6 +68,19 @@ export interface ExtendInput extends FencedInput {
   lockTtl: number;
 }
 
+/**
+ * A transaction opened by a store for an operation that runs in
+ * transactional mode: the operation makes its own writes through `handle`,
+ * and the outcome is stored in the same transaction, so both commit or
+ * neither does.
+ */
+export interface StoreTransaction {
+  /** The driver's transaction (a Drizzle transaction for the Drizzle store). */
+  readonly handle: unknown;
+  /** As {@link IdempotencyStore.complete}, inside the transaction. */
+  complete(input: CompleteInput): Promise<boolean>;
+}
+
 export interface IdempotencyStore {
   /** Atomically claims `id`, or reports the record that is there. */
   claim(input: ClaimInput): Promise<ClaimResult>;
@@ -77,4 +97,10 @@ export interface IdempotencyStore {
    * notifications (or a lost message) only delays a waiter.
    */
   onSettled?(id: string, listener: () => void): Promise<() => void>;
+  /**
+   * Optional: runs `fn` in a database transaction that commits when `fn`
+   * resolves and rolls back when it throws. Stores that have it support
+   * `transaction: true`.
+   */
+  transaction?<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
 }

@@ -8,6 +8,7 @@ import {
   isIdempotencyError,
 } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
+import { TRANSACTION_CONTEXT } from '../core/store.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
@@ -165,8 +166,10 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           policy,
           codec,
           signal,
-          run: async ({ signal: lease }) => {
-            const next = await opts.next({ ctx: { [leaseSignal]: lease } });
+          run: async ({ signal: lease, transaction }) => {
+            const next = await opts.next({
+              ctx: transaction === undefined ? { [leaseSignal]: lease } : { [leaseSignal]: lease, [TRANSACTION_CONTEXT]: transaction },
+            });
             if (!next.ok) throw next.error;
             return next.data;
           },

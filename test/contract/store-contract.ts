@@ -12,7 +12,11 @@ export interface StoreHarness {
  * The contract every store must keep, run against each of them on a real
  * service. `lockTtl` values are small so real-time stores finish quickly.
  */
-export function describeStoreContract(name: string, create: () => Promise<StoreHarness> | StoreHarness) {
+export function describeStoreContract(
+  name: string,
+  create: () => Promise<StoreHarness> | StoreHarness,
+  capabilities: { notifies: boolean } = { notifies: true },
+) {
   describe(`store contract: ${name}`, () => {
     const id = () => `scope:contract.op:${randomUUID()}`;
     const LOCK = 400;
@@ -141,24 +145,41 @@ export function describeStoreContract(name: string, create: () => Promise<StoreH
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK })).toEqual({ state: 'acquired' });
     });
 
-    it('notifies waiters when a claim they wait on settles', async () => {
-      const { store } = await create();
-      expect(store.onSettled).toBeTypeOf('function');
-      const completed = id();
-      const released = id();
-      await store.claim({ id: completed, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
-      await store.claim({ id: released, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
-      // a waiter announces itself through its claim
-      await store.claim({ id: completed, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
-      await store.claim({ id: released, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
-      const events: string[] = [];
-      const offA = await store.onSettled!(completed, () => events.push('completed'));
-      const offB = await store.onSettled!(released, () => events.push('released'));
-      await store.complete({ id: completed, token: 'a', state: 'completed', body: 'x', ttl: 60_000 });
-      await store.release({ id: released, token: 'a' });
-      await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
-      offA();
-      offB();
+    it('a claim that expired is gone even if nobody took it over: its holder can neither complete nor extend it', async () => {
+      const { store, advance } = await create();
+      const rec = id();
+      await store.claim({ id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK });
+      await advance(LOCK + 100);
+      expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK })).toBe(false);
+      expect(await store.complete({ id: rec, token: 'late', state: 'completed', body: 'x', ttl: 60_000 })).toBe(false);
+      expect(await store.claim({ id: rec, fingerprint: 'other', token: 'next', lockTtl: LOCK })).toEqual({ state: 'acquired' });
     });
+
+    if (capabilities.notifies) {
+      it('notifies waiters when a claim they wait on settles', async () => {
+        const { store } = await create();
+        expect(store.onSettled).toBeTypeOf('function');
+        const completed = id();
+        const released = id();
+        await store.claim({ id: completed, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+        await store.claim({ id: released, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+        // a waiter announces itself through its claim
+        await store.claim({ id: completed, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
+        await store.claim({ id: released, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
+        const events: string[] = [];
+        const offA = await store.onSettled!(completed, () => events.push('completed'));
+        const offB = await store.onSettled!(released, () => events.push('released'));
+        await store.complete({ id: completed, token: 'a', state: 'completed', body: 'x', ttl: 60_000 });
+        await store.release({ id: released, token: 'a' });
+        await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
+        offA();
+        offB();
+      });
+    } else {
+      it('has no notifications, so waiters poll with backoff', async () => {
+        const { store } = await create();
+        expect(store.onSettled).toBeUndefined();
+      });
+    }
   });
 }

@@ -6,13 +6,16 @@ export interface Pod {
   name: string;
   url: string;
   process: ChildProcess;
+  /** Resolves with the first line of the pod's output that matches. */
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  /** Resolves when the process has exited. */
+  exited: Promise<void>;
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-const fixture = fileURLToPath(new URL('../fixtures/pod.ts', import.meta.url));
-
-/** Starts the pod fixture in a separate Node process and waits until it listens. */
-export function startPod(name: string, env: Record<string, string>): Promise<Pod> {
+/** Starts a pod fixture (test/fixtures/<fixture>.ts) in a separate Node process and waits until it listens. */
+export function startPod(name: string, env: Record<string, string>, fixtureName = 'pod'): Promise<Pod> {
+  const fixture = fileURLToPath(new URL(`../fixtures/${fixtureName}.ts`, import.meta.url));
   const child = spawn(process.execPath, ['--import', 'tsx', fixture], {
     env: { ...process.env, REDIS_URL, POD: name, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -27,10 +30,28 @@ export function startPod(name: string, env: Record<string, string>): Promise<Pod
       if (match) {
         clearTimeout(timer);
         child.removeAllListeners('exit');
+        const exited = new Promise<void>((done) => {
+          if (child.exitCode !== null || child.signalCode !== null) done();
+          else child.once('exit', () => done());
+        });
         resolve({
           name,
           url: `http://127.0.0.1:${match[1]}`,
           process: child,
+          exited,
+          waitFor: (pattern, timeoutMs = 10_000) =>
+            new Promise<string>((found, fail) => {
+              const check = () => {
+                const line = out.split('\n').find((l) => pattern.test(l));
+                if (line === undefined) return false;
+                clearTimeout(giveUp);
+                child.stdout!.off('data', check);
+                found(line);
+                return true;
+              };
+              const giveUp = setTimeout(() => fail(new Error(`pod ${name} never printed ${pattern}: ${out}`)), timeoutMs);
+              if (!check()) child.stdout!.on('data', check);
+            }),
           kill: (signal = 'SIGTERM') =>
             new Promise<void>((done) => {
               if (child.exitCode !== null || child.signalCode !== null) return done();

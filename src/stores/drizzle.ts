@@ -1,0 +1,203 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { IdempotencyConfigError } from '../core/errors.js';
+import type {
+  ClaimInput,
+  ClaimResult,
+  CompleteInput,
+  ExtendInput,
+  FencedInput,
+  IdempotencyStore,
+  StoreTransaction,
+} from '../core/store.js';
+import { TRANSACTION_CONTEXT } from '../core/store.js';
+
+type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+
+/** The transaction type of a Drizzle database. */
+export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+
+export interface DrizzleStoreOptions<TDb extends AnyPgDatabase> {
+  /**
+   * Your Drizzle PostgreSQL database, on any driver (node-postgres,
+   * postgres-js, PGlite...). The store runs its statements on it and never
+   * closes it. The `idempotency_keys` table must exist (see the migrations).
+   */
+  db: TDb;
+}
+
+export interface PurgeOptions {
+  /**
+   * Rows deleted per statement: small batches keep locks and WAL bursts short.
+   * @default 1_000
+   */
+  batchSize?: number;
+  /**
+   * Stop after this many batches (for a job with a time budget).
+   * @default Infinity
+   */
+  maxBatches?: number;
+}
+
+export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStore {
+  /**
+   * The transaction a procedure in transactional mode (`transaction: true`)
+   * runs in, from its tRPC context: make your writes through it so they
+   * commit with the stored outcome.
+   * @throws if the procedure does not run in transactional mode.
+   */
+  transactionOf(ctx: object): TransactionOf<TDb>;
+  /** Deletes expired rows in batches and returns how many went. Schedule it (see the README). */
+  purgeExpired(options?: PurgeOptions): Promise<number>;
+}
+
+function rowsOf(result: unknown): Record<string, unknown>[] {
+  // node-postgres and PGlite return { rows }, postgres-js an array of rows.
+  if (Array.isArray(result)) return result as Record<string, unknown>[];
+  const rows = (result as { rows?: unknown } | null)?.rows;
+  return Array.isArray(rows) ? (rows as Record<string, unknown>[]) : [];
+}
+
+/**
+ * Drizzle's query errors quote the statement and its parameters, which hold
+ * keys and bodies: keep the driver's own error (its message names the
+ * problem, not the values) and drop the rest.
+ */
+function sanitize(error: unknown): Error {
+  const quotesQuery = error instanceof Error && error.message.startsWith('Failed query:');
+  const driverError = error instanceof Error && error.cause instanceof Error ? error.cause : quotesQuery ? undefined : error;
+  if (driverError === undefined) return new Error('drizzleStore: a query failed (the driver gave no reason).');
+  const message = driverError instanceof Error ? driverError.message : String(driverError);
+  return new Error(`drizzleStore: ${message}`, { cause: driverError });
+}
+
+const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
+
+// A claim that finds no row it may return has met a race whose winner its
+// snapshot cannot see (see CLAIM below); it is retried this many times.
+const CLAIM_ATTEMPTS = 5;
+
+/**
+ * A store on PostgreSQL through Drizzle. Each transition is one statement,
+ * so a first execution costs 2 round trips (claim, complete) and a replay or
+ * an in-flight rejection 1. Time is the server's (`statement_timestamp()`).
+ * It can run an operation and store its outcome in one transaction.
+ */
+export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb> {
+  // initialized config
+  const { db } = options;
+  if (db === undefined || db === null || typeof (db as AnyPgDatabase).execute !== 'function' || typeof (db as AnyPgDatabase).transaction !== 'function') {
+    throw new IdempotencyConfigError('drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).');
+  }
+  const run = async (executor: AnyPgDatabase, query: SQL) => {
+    try {
+      return rowsOf(await executor.execute(query));
+    } catch (error) {
+      throw sanitize(error);
+    }
+  };
+
+  /**
+   * One statement: insert the claim, or take over a row that has expired; if
+   * neither, read the live row. In READ COMMITTED the plain SELECT sees the
+   * statement's snapshot, so when a concurrent claim committed after it began
+   * (the INSERT waited for it and found it live) the row is invisible and
+   * nothing comes back: the caller then runs the statement again.
+   */
+  const claimQuery = ({ id, fingerprint, token, lockTtl }: ClaimInput) => sql`
+    with claimed as (
+      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+      values (${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp())
+      on conflict (id) do update
+        set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
+            expires_at = excluded.expires_at, created_at = excluded.created_at
+        where k.expires_at <= statement_timestamp()
+      returning 1
+    )
+    select 'acquired' as outcome, null as state, null as fingerprint, null as body from claimed
+    union all
+    select 'found', state, fingerprint, case when fingerprint = ${fingerprint} then body end
+      from idempotency_keys
+     where id = ${id} and expires_at > statement_timestamp() and not exists (select 1 from claimed)`;
+
+  const completeQuery = ({ id, token, state, body, ttl }: CompleteInput) => sql`
+    update idempotency_keys
+       set state = ${state}, body = ${body}, token = null, expires_at = statement_timestamp() + ${ms(ttl)}
+     where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
+    returning 1`;
+
+  return {
+    async claim(input: ClaimInput): Promise<ClaimResult> {
+      for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+        const [row] = await run(db, claimQuery(input));
+        if (row === undefined) continue;
+        if (row.outcome === 'acquired') return { state: 'acquired' };
+        const fingerprint = String(row.fingerprint);
+        if (row.state === 'in_progress') return { state: 'in_progress', fingerprint };
+        const state = row.state as 'completed' | 'failed';
+        return row.body === null || row.body === undefined ? { state, fingerprint } : { state, fingerprint, body: String(row.body) };
+      }
+      throw new Error(`drizzleStore: the claim did not settle after ${CLAIM_ATTEMPTS} attempts under contention.`);
+    },
+
+    async complete(input: CompleteInput): Promise<boolean> {
+      return (await run(db, completeQuery(input))).length === 1;
+    },
+
+    async release({ id, token }: FencedInput): Promise<boolean> {
+      const rows = await run(db, sql`
+        delete from idempotency_keys where id = ${id} and token = ${token} and state = 'in_progress' returning 1`);
+      return rows.length === 1;
+    },
+
+    async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
+      const rows = await run(db, sql`
+        update idempotency_keys set expires_at = statement_timestamp() + ${ms(lockTtl)}
+         where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
+        returning 1`);
+      return rows.length === 1;
+    },
+
+    transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T> {
+      return db.transaction((tx) =>
+        fn({
+          handle: tx,
+          complete: async (input) => (await run(tx as AnyPgDatabase, completeQuery(input))).length === 1,
+        }),
+      );
+    },
+
+    transactionOf(ctx: object): TransactionOf<TDb> {
+      const tx = (ctx as Record<symbol, unknown>)[TRANSACTION_CONTEXT];
+      if (tx === undefined) {
+        throw new IdempotencyConfigError(
+          'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',
+        );
+      }
+      return tx as TransactionOf<TDb>;
+    },
+
+    async purgeExpired({ batchSize = 1_000, maxBatches = Number.POSITIVE_INFINITY }: PurgeOptions = {}): Promise<number> {
+      if (!Number.isInteger(batchSize) || batchSize < 1) {
+        throw new IdempotencyConfigError(`purgeExpired: batchSize must be a positive integer, got ${String(batchSize)}.`);
+      }
+      let total = 0;
+      for (let batch = 0; batch < maxBatches; batch++) {
+        // SKIP LOCKED: never wait for, nor block, a row someone is working on.
+        const [row] = await run(db, sql`
+          with gone as (
+            delete from idempotency_keys
+             where id in (select id from idempotency_keys
+                           where expires_at <= statement_timestamp()
+                           order by expires_at limit ${batchSize}
+                           for update skip locked)
+            returning 1)
+          select count(*)::int as n from gone`);
+        const n = Number(row?.n ?? 0);
+        total += n;
+        if (n < batchSize) break;
+      }
+      return total;
+    },
+  };
+}

@@ -1,0 +1,66 @@
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { PGlite } from '@electric-sql/pglite';
+import { drizzle as drizzlePg, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
+import { drizzle as drizzlePglite, type PgliteDatabase } from 'drizzle-orm/pglite';
+import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import pg from 'pg';
+
+export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const MIGRATIONS = fileURLToPath(new URL('../../drizzle', import.meta.url));
+/** The migrations journal of this package, apart from the application's own. */
+export const MIGRATIONS_TABLE = '__trpc_idempotency_migrations';
+
+export interface PgSchema {
+  db: NodePgDatabase;
+  pool: pg.Pool;
+  schema: string;
+  /** A connection string whose sessions use this schema. */
+  url: string;
+  drop(): Promise<void>;
+}
+
+/**
+ * A schema of its own on the real server, migrated with the package's
+ * migrations (drizzle-orm's migrator), so test files never see each other's rows.
+ */
+export async function isolatedSchema(label: string, poolSize = 10): Promise<PgSchema> {
+  const schema = `idem_${label}_${randomUUID().slice(0, 8)}`;
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  await admin.query(`create schema "${schema}"`);
+  await admin.end();
+  const url = withSearchPath(DATABASE_URL, schema);
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  pool.on('error', () => {});
+  const db = drizzlePg(pool);
+  await migratePg(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
+  return {
+    db,
+    pool,
+    schema,
+    url,
+    async drop() {
+      await pool.end();
+      const cleanup = new pg.Client({ connectionString: DATABASE_URL });
+      await cleanup.connect();
+      await cleanup.query(`drop schema "${schema}" cascade`);
+      await cleanup.end();
+    },
+  };
+}
+
+export function withSearchPath(url: string, schema: string): string {
+  const u = new URL(url);
+  u.searchParams.set('options', `-c search_path=${schema}`);
+  return u.toString();
+}
+
+/** PostgreSQL embedded in this process (PGlite, WebAssembly), migrated the same way. */
+export async function pgliteDb(): Promise<{ db: PgliteDatabase; client: PGlite; close(): Promise<void> }> {
+  const client = new PGlite();
+  const db = drizzlePglite(client);
+  await migratePglite(db, { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
+  return { db, client, close: () => client.close() };
+}
