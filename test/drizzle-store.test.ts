@@ -28,12 +28,12 @@ describe('purgeExpired', () => {
       const store = drizzleStore({ db: schema.db });
       for (let i = 0; i < 3; i++) {
         await store.claim({ id: `done-${i}`, fingerprint: 'fp', token: `t${i}`, lockTtl: 60_000 });
-        await store.complete({ id: `done-${i}`, token: `t${i}`, state: 'completed', body: 'kept', ttl: 60_000 });
+        await store.complete({ fingerprint: 'fp', id: `done-${i}`, token: `t${i}`, state: 'completed', body: 'kept', ttl: 60_000 });
       }
       for (let i = 0; i < 2; i++) await store.claim({ id: `running-${i}`, fingerprint: 'fp', token: 'r', lockTtl: 60_000 });
       for (let i = 0; i < 5; i++) {
         await store.claim({ id: `stale-${i}`, fingerprint: 'fp', token: 's', lockTtl: 200 });
-        if (i % 2 === 0) await store.complete({ id: `stale-${i}`, token: 's', state: 'completed', body: 'old', ttl: 200 });
+        if (i % 2 === 0) await store.complete({ fingerprint: 'fp', id: `stale-${i}`, token: 's', state: 'completed', body: 'old', ttl: 200 });
       }
       await sleep(300);
       expect(await store.purgeExpired({ batchSize: 2, maxBatches: 1 })).toBe(2);

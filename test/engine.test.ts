@@ -141,3 +141,121 @@ describe('a slow store', () => {
     await proxy.close();
   });
 });
+
+describe('outcomes that cannot be replayed', () => {
+  it('a success whose result cannot be serialized is not run again: retries get outcome_unreplayable', async () => {
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    let charges = 0;
+    const charge = () =>
+      engine.run({ key: 'msg-1', name: 'charge', payload: { cents: 100 } }, async () => {
+        charges++;
+        return { cents: 100n }; // JSON has no BigInt
+      });
+    await expect(charge()).resolves.toEqual({ value: { cents: 100n }, replayed: false });
+    await expect(charge()).rejects.toMatchObject({ reason: 'outcome_unreplayable', message: expect.stringMatching(/will not run again/) });
+    expect(charges).toBe(1);
+  });
+
+  it('a streamed output is not stored as an empty object', async () => {
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    let runs = 0;
+    const stream = () =>
+      engine.run({ key: 'k', name: 'export', payload: {} }, async () => {
+        runs++;
+        return (async function* () {
+          yield 1;
+        })();
+      });
+    await stream();
+    await expect(stream()).rejects.toMatchObject({ reason: 'outcome_unreplayable' });
+    expect(runs).toBe(1);
+  });
+});
+
+describe('the claim while the operation runs', () => {
+  it('maxRunTime stops renewing a hung operation, aborts its signal, and frees the key lockTtl later', async () => {
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }), lockTtl: 150, maxRunTime: 300, onEvent: (e) => events.push(e) });
+    const input = { key: randomUUID(), name: 'hung', payload: {} };
+    let runs = 0;
+    let aborted = false;
+    const hung = engine.run(input, ({ signal }) => {
+      runs++;
+      return new Promise<string>((resolve) => {
+        signal.addEventListener('abort', () => {
+          aborted = true;
+          resolve('gave up');
+        });
+      });
+    });
+    await expect(hung).resolves.toMatchObject({ value: 'gave up' });
+    expect(aborted).toBe(true);
+    expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toContain('max_run_time');
+    // its late completion still stored the outcome (no one else held the key): the retry replays it
+    await expect(engine.run(input, async () => 'again')).resolves.toEqual({ value: 'gave up', replayed: true });
+    expect(runs).toBe(1);
+  });
+
+  it('declares the claim lost when renewals fail for a whole lockTtl', async () => {
+    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const client = new Redis({ port: proxy.port, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+    client.on('error', () => {});
+    await client.ping();
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotencyEngine({ store: redisStore({ client, prefix }), lockTtl: 300, storeTimeout: 100, onEvent: (e) => events.push(e) });
+    const run = engine
+      .run({ key: randomUUID(), name: 'cut-off', payload: {} }, ({ signal }) => {
+        void proxy.close(); // Redis becomes unreachable while the operation runs
+        return new Promise<string>((resolve) => signal.addEventListener('abort', () => resolve('aborted')));
+      })
+      .catch((e) => e);
+    expect(await run).toMatchObject({ value: 'aborted' });
+    expect(events.filter((e) => e.result === 'store_error').map((e) => e.operation)).toContain('extend');
+    expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toEqual(['unconfirmed']);
+    client.disconnect();
+  });
+
+  it("does not abort the operation when the caller goes away: the caller's retry gets the replay", async () => {
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    const caller = new AbortController();
+    let sawAbort = false;
+    const input = { key: 'k-gone', name: 'pay', payload: {}, signal: caller.signal };
+    const first = engine.run(input, async ({ signal }) => {
+      caller.abort(); // the HTTP client timed out
+      await sleep(50);
+      sawAbort = signal.aborted;
+      return 'charged';
+    });
+    await expect(first).resolves.toEqual({ value: 'charged', replayed: false });
+    expect(sawAbort).toBe(false);
+    await expect(engine.run({ ...input, signal: undefined }, async () => 'twice')).resolves.toEqual({ value: 'charged', replayed: true });
+  });
+
+  it('in wait mode, a store failure after the holder was seen running answers 409 even when failing open', async () => {
+    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const client = new Redis({ port: proxy.port, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+    client.on('error', () => {});
+    await client.ping();
+    const store = redisStore({ client, prefix });
+    const holderEngine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }) });
+    const waiter = createIdempotencyEngine({ store, inFlight: 'wait', waitTimeout: 5_000, onStoreError: 'fail-open', storeTimeout: 200 });
+    const input = { key: randomUUID(), name: 'pay', payload: {} };
+    const release = gate();
+    let runs = 0;
+    const holder = holderEngine.run(input, async () => {
+      runs++;
+      await release.opened;
+      return 'first';
+    });
+    await expect.poll(() => runs).toBe(1);
+    const waiting = waiter.run(input, async () => ++runs).catch((e) => e);
+    await sleep(100);
+    await proxy.close();
+    expect(await waiting).toMatchObject({ reason: 'in_progress' });
+    release.open();
+    await holder;
+    expect(runs).toBe(1);
+    await store.close();
+    client.disconnect();
+  });
+});

@@ -86,3 +86,43 @@ describe('fingerprint', () => {
     expect(() => canonicalize([Symbol('s')])).toThrow(/contains a symbol/);
   });
 });
+
+describe('fingerprint of opaque and class values', () => {
+  it('encodes FormData by its entries, and refuses files inside it', () => {
+    const a = new FormData();
+    a.append('amount', '10');
+    a.append('note', 'x');
+    const b = new FormData();
+    b.append('note', 'x');
+    b.append('amount', '10');
+    const c = new FormData();
+    c.append('amount', '99');
+    expect(canonicalize(a)).toBe(canonicalize(b));
+    expect(canonicalize(a)).not.toBe(canonicalize(c));
+    const otherNote = new FormData();
+    otherNote.append('amount', '10');
+    otherNote.append('note', 'changed between retries');
+    expect(canonicalize(a, new Set(['note']))).toBe(canonicalize(otherNote, new Set(['note'])));
+    const withFile = new FormData();
+    withFile.append('doc', new Blob(['%PDF']), 'a.pdf');
+    expect(() => canonicalize(withFile)).toThrow(/a file inside FormData/);
+  });
+
+  it('refuses a Blob (nothing to compare) rather than fingerprint every Blob alike', () => {
+    expect(() => canonicalize({ upload: new Blob(['one']) })).toThrow(IdempotencyInputError);
+    expect(() => canonicalize({ upload: new Blob(['one']) })).toThrow(/contains a Blob/);
+  });
+
+  it('tags class instances with their class and compares their fields', () => {
+    class Money {
+      constructor(
+        public cents: number,
+        public currency: string,
+      ) {}
+    }
+    expect(canonicalize(new Money(1, 'EUR'))).toBe(canonicalize(new Money(1, 'EUR')));
+    expect(canonicalize(new Money(1, 'EUR'))).not.toBe(canonicalize(new Money(2, 'EUR')));
+    expect(canonicalize(new Money(1, 'EUR'))).not.toBe(canonicalize({ cents: 1, currency: 'EUR' }));
+    expect(canonicalize(Object.assign(Object.create(null), { a: 1 }))).toBe(canonicalize({ a: 1 }));
+  });
+});

@@ -32,7 +32,7 @@ describe('PostgreSQL round trips per request', () => {
     const engine = createIdempotencyEngine({ store });
     const input = { key: randomUUID(), name: 'pay', payload: { amount: 1 } };
 
-    expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['with', 'update']);
+    expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['with', 'insert']);
     expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['with']);
 
     const running = gate();
@@ -46,6 +46,6 @@ describe('PostgreSQL round trips per request', () => {
     await holder;
 
     const tx = createIdempotencyEngine({ store, transaction: true });
-    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual(['with', 'begin', 'update', 'commit']);
+    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual(['with', 'begin', 'insert', 'commit']);
   });
 });

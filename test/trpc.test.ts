@@ -553,3 +553,163 @@ describe.each([
     expect(runs).toBe(1);
   });
 });
+
+describe('contexts and scopes', () => {
+  it('keeps a context built as a class instance intact (methods and getters)', async () => {
+    class Session {
+      constructor(private readonly id: string) {}
+      userId() {
+        return this.id;
+      }
+    }
+    const ct = initTRPC.context<{ session: Session; req: unknown; res: unknown }>().create();
+    class RequestContext {
+      constructor(
+        public req: unknown,
+        public res: unknown,
+      ) {}
+      get session() {
+        return new Session('u-7');
+      }
+    }
+    const router = ct.router({
+      op: withIdempotency(ct.procedure, { store: memoryStore(), scope: ({ ctx }) => ctx.session.userId() }).mutation(({ ctx }) => ctx.session.userId()),
+    });
+    // startServer spreads its context into an object: build a class instance here instead
+    const { createHTTPServer } = await import('@trpc/server/adapters/standalone');
+    const http = createHTTPServer({ router, createContext: ({ req, res }) => new RequestContext(req, res) as never });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(http.address() as { port: number }).port}`;
+    const client = createClient<typeof router>(url);
+    try {
+      expect(await client.op.mutate(undefined, { context: { key: randomUUID() } })).toBe('u-7');
+    } finally {
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    }
+  });
+
+  it.each([
+    ['undefined', undefined, /scope returned undefined/],
+    ['an empty string', '', /scope returned an empty string/],
+    ['an object', { id: 1 }, /scope returned object/],
+  ])('refuses a scope of %s with a message that says what to return', async (_label, value, message) => {
+    let runs = 0;
+    const router = t.router({ op: idem({ scope: () => value as never }).mutation(() => ++runs) });
+    const client = await serve(router);
+    const error = await rejectionOf(client.op.mutate(undefined, { context: { key: randomUUID() } }));
+    expect(error.data?.httpStatus).toBe(500);
+    expect(error.message).toMatch(message);
+    expect(error.message).toMatch(/or null for a call that is deliberately unscoped/);
+    expect(runs).toBe(0);
+  });
+
+  it('a scope of null is an explicitly unscoped call', async () => {
+    let runs = 0;
+    const router = t.router({ op: idem({ scope: () => null }).mutation(() => ++runs) });
+    const client = await serve(router);
+    const key = randomUUID();
+    await client.op.mutate(undefined, { context: { key } });
+    expect(await client.op.mutate(undefined, { context: { key } })).toBe(1);
+  });
+
+  it('refuses to read a per-call key from the shared headers of a WebSocket connection', async () => {
+    const router = t.router({ op: idem().mutation(() => 1) });
+    const socketLike = { send() {}, ping() {} };
+    const caller = t.createCallerFactory(router)({ req: { headers: { 'idempotency-key': 'k' } }, res: socketLike } as never);
+    await expect(caller.op()).rejects.toThrow(/over a WebSocket .* Pass getKey/);
+  });
+
+  it('refuses a key header sent twice, which Node would join into one value', async () => {
+    let runs = 0;
+    const router = t.router({ op: idem().mutation(() => ++runs) });
+    const server = await startServer(router);
+    servers.push(server);
+    const { request } = await import('node:http');
+    const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(`${server.url}/op`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+        let data = '';
+        res.on('data', (c) => (data += c));
+        res.on('end', () => resolve({ status: res.statusCode!, body: data }));
+      });
+      req.setHeader('idempotency-key', ['a', 'b']);
+      req.on('error', reject);
+      req.end('{}');
+    });
+    expect(status).toBe(400);
+    expect(body).toMatch(/sent 2 times; send it once per call/);
+    expect(runs).toBe(0);
+  });
+
+  it('refuses engine options next to a shared engine, instead of ignoring them', async () => {
+    const { createIdempotencyEngine } = await import('../src/index.js');
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    expect(() => withIdempotency(t.procedure, { engine, ttl: 1_000, onEvent: () => {} })).toThrow(
+      /onEvent, ttl would be ignored, because an engine is given/,
+    );
+    expect(() => withIdempotency(t.procedure, { engine, header: 'X-Key', required: false })).not.toThrow();
+  });
+});
+
+describe('the builder, further', () => {
+  it('works with .output(), .concat() and a per-procedure required: false', async () => {
+    let runs = 0;
+    const extra = t.procedure.input(z.object({ note: z.string().optional() }));
+    const router = t.router({
+      op: idem()
+        .concat(extra)
+        .input(z.object({ amount: z.number() }))
+        .output(z.object({ run: z.number(), amount: z.number() }))
+        .mutation(({ input }) => ({ run: ++runs, amount: input.amount, dropped: 'by the output parser' })),
+      optional: idem()
+        .meta({ idempotency: { required: false } })
+        .mutation(() => ++runs),
+    });
+    const client = await serve(router);
+    const key = randomUUID();
+    const first = await client.op.mutate({ amount: 3, note: 'a' }, { context: { key } });
+    expect(first).toEqual({ run: 1, amount: 3 });
+    expect(await client.op.mutate({ amount: 3, note: 'a' }, { context: { key } })).toEqual(first);
+    expect((await rejectionOf(client.op.mutate({ amount: 3, note: 'b' }, { context: { key } }))).data?.httpStatus).toBe(422);
+    await client.optional.mutate();
+    await client.optional.mutate();
+    expect(runs).toBe(3);
+  });
+
+  it('keeps data.idempotency when a procedure has its own .errors() formatter only if that formatter adds it', async () => {
+    const { getIdempotencyErrorData } = await import('../src/index.js');
+    const router = t.router({
+      op: idem()
+        .errors(({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: getIdempotencyErrorData(error), app: 'x' } }))
+        .mutation(() => 1),
+    });
+    const client = await serve(router);
+    const error = await rejectionOf(client.op.mutate());
+    expect(error.data).toMatchObject({ app: 'x', idempotency: { reason: 'key_missing' } });
+  });
+});
+
+describe('the caller going away', () => {
+  it("does not abort the resolver's signal: the operation finishes and the retry gets the replay", async () => {
+    let runs = 0;
+    let abortedInside: boolean | undefined;
+    const router = t.router({
+      pay: idem().mutation(async ({ signal }) => {
+        runs++;
+        await sleep(200);
+        abortedInside = signal?.aborted;
+        return { charge: runs };
+      }),
+    });
+    const client = await serve(router);
+    const key = randomUUID();
+    const gaveUp = new AbortController();
+    const first = client.pay.mutate(undefined, { context: { key }, signal: gaveUp.signal });
+    await sleep(50);
+    gaveUp.abort();
+    await expect(first).rejects.toThrow();
+    await expect.poll(() => abortedInside).toBe(false);
+    await expect.poll(async () => client.pay.mutate(undefined, { context: { key } }).catch((e) => e.data?.httpStatus)).toEqual({ charge: 1 });
+    expect(runs).toBe(1);
+  });
+});

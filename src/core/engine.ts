@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import {
   IdempotencyConfigError,
+  IdempotencyError,
   IdempotencyConflictError,
   IdempotencyMismatchError,
   IdempotencyResponseTooLargeError,
@@ -9,6 +10,7 @@ import {
   isRetryable,
 } from './errors.js';
 import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
+import { idempotentCall } from './context.js';
 import { fingerprint } from './fingerprint.js';
 import { recordId } from './key.js';
 import { startLease } from './lease.js';
@@ -111,7 +113,7 @@ const MAX_POLL_MS = 1_000;
  */
 export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}): IdempotencyEngine {
   // initialized config
-  const store = options.store ?? memoryStore();
+  const store = options.store ?? memoryStore(options.now === undefined ? {} : { now: options.now });
   const storeTimeout = options.storeTimeout ?? 1_000;
   positiveMs(storeTimeout, 'storeTimeout', 'idempotency options');
   const retryAfter = options.retryAfter ?? 1;
@@ -179,12 +181,20 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     // and polling with bounded, jittered backoff in any case (a crashed holder
     // sends nothing; its claim just expires).
     const deadline = now() + policy.waitTimeout;
+    let notified = false;
     let wakeCurrent: (() => void) | undefined;
+    const onSettled = () => {
+      notified = true;
+      wakeCurrent?.();
+    };
     let unsubscribe: (() => void) | undefined;
     if (store.onSettled !== undefined) {
+      const pending = (async () => store.onSettled!(id, onSettled))();
       try {
-        unsubscribe = await storeCall('subscribe', () => store.onSettled!(id, () => wakeCurrent?.()));
+        unsubscribe = await storeCall('subscribe', () => pending);
       } catch (error) {
+        // A subscription that lands after we gave up must not leak its listener.
+        pending.then((late) => late(), () => {});
         emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'subscribe', error: describeError(error) });
       }
     }
@@ -193,13 +203,22 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       // Claim again now that we listen, so a completion between the first
       // claim and the subscription is not missed.
       for (;;) {
-        result = await claimOnce(id, fp, token, policy, true);
+        notified = false;
+        try {
+          result = await claimOnce(id, fp, token, policy, true);
+        } catch {
+          // The holder was seen running: a store failure now must not let
+          // this request run unprotected beside it (fail-open), so it gets 409.
+          return result;
+        }
         if (result.state !== 'in_progress') return result;
         const remaining = deadline - now();
         if (remaining <= 0 || signal?.aborted) return result;
+        if (notified) continue; // settled while we were claiming
         const sleep = interruptibleSleep(Math.min(delay * (0.5 + Math.random() / 2), remaining), signal);
         wakeCurrent = sleep.wake;
         await sleep.promise;
+        wakeCurrent = undefined;
         delay = Math.min(delay * 2, MAX_POLL_MS);
       }
     } finally {
@@ -239,7 +258,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
 
     if (claimed.state === 'acquired') {
       emit({ result: 'acquired', name, keyHash, durationMs });
-      return runClaimed(input, codec, policy, id, token, keyHash);
+      return runClaimed(input, codec, policy, id, fp, token, keyHash);
     }
     if (claimed.fingerprint !== fp) {
       emit({ result: 'mismatch', name, keyHash, durationMs });
@@ -258,14 +277,15 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     }
     emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state });
     const body = claimed.body ?? '';
-    return claimed.state === 'completed'
-      ? { ok: true, value: codec.deserialize(body), replayed: true }
-      : { ok: false, error: codec.deserializeError(body), replayed: true };
+    if (claimed.state === 'completed') return { ok: true, value: codec.deserialize(body), replayed: true };
+    if (body === UNREPLAYABLE) return { ok: false, error: unreplayable(), replayed: true };
+    return { ok: false, error: codec.deserializeError(body), replayed: true };
   }
 
   async function runUnprotected<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
     try {
-      return { ok: true, value: await input.run({ signal: input.signal ?? new AbortController().signal }), replayed: false };
+      const signal = input.signal ?? new AbortController().signal;
+      return { ok: true, value: await idempotentCall.exit(() => input.run({ signal })), replayed: false };
     } catch (error) {
       return { ok: false, error, replayed: false };
     }
@@ -276,6 +296,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     codec: OutcomeCodec<T>,
     policy: ResolvedPolicy,
     id: string,
+    fp: string,
     token: string,
     keyHash: string | undefined,
   ): Promise<ExecuteResult<T>> {
@@ -283,21 +304,24 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     const started = performance.now();
     const lease = startLease({
       lockTtl: policy.lockTtl,
+      maxRunTime: policy.maxRunTime,
       now,
-      signal: input.signal,
       extend: () => storeCall('extend', () => store.extend({ id, token, lockTtl: policy.lockTtl })),
       onError: (error) =>
         emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
-      onLost: () => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started }),
+      onLost: (reason) => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason }),
     });
 
     /** The stored form of a result, or an error saying why it cannot be stored. */
     const encode = (value: T): { body: string } | { error: unknown; reason: string } => {
+      if (isStream(value)) {
+        return { error: new TypeError('A streamed output (async iterable, stream, observable) cannot be stored and replayed.'), reason: 'unreplayable' };
+      }
       let body: string;
       try {
         body = codec.serialize(value);
       } catch (error) {
-        return { error, reason: 'serialization_error' };
+        return { error, reason: 'unreplayable' };
       }
       return byteLengthExceeds(body, policy.maxResponseBytes) ? { error: tooLarge(policy), reason: 'response_too_large' } : { body };
     };
@@ -310,7 +334,8 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         // The operation's writes and its stored outcome commit together, or
         // neither does: a crash before the commit leaves a claim that expires.
         const value = await store.transaction!(async (tx) => {
-          const result = await input.run({ signal: lease.signal, transaction: tx.handle });
+          const call = { signal: lease.signal, transaction: tx.handle };
+          const result = await idempotentCall.run(call, () => input.run(call));
           const encoded = encode(result);
           if ('error' in encoded) {
             releaseReason = encoded.reason;
@@ -319,7 +344,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
           // From here the row lock held by this transaction fences the claim.
           lease.stop();
           const stored = await storeCall('complete', () =>
-            tx.complete({ id, token, state: 'completed', body: encoded.body, ttl: policy.ttl }),
+            tx.complete({ id, fingerprint: fp, token, state: 'completed', body: encoded.body, ttl: policy.ttl }),
           );
           if (!stored) {
             emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
@@ -335,10 +360,16 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
         return { ok: true, value, replayed: false };
       }
-      const value = await input.run({ signal: lease.signal });
+      const call = { signal: lease.signal, transaction: undefined };
+      const value = await idempotentCall.run(call, () => input.run(call));
       lease.stop();
       const encoded = encode(value);
-      if ('error' in encoded) {
+      if ('error' in encoded && encoded.reason === 'unreplayable') {
+        // It ran, but its result cannot be stored: retries must not run it
+        // again, so they get outcome_unreplayable instead of a replay.
+        outcome = { ok: true, value, replayed: false };
+        pending = { state: 'failed', body: UNREPLAYABLE };
+      } else if ('error' in encoded) {
         releaseReason = encoded.reason;
         outcome = { ok: false, error: encoded.error, replayed: false };
       } else {
@@ -383,10 +414,10 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     }
     try {
       const { state, body } = pending;
-      const stored = await storeCall('complete', () => store.complete({ id, token, state, body, ttl: policy.ttl }));
+      const stored = await storeCall('complete', () => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
       emit(
         stored
-          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state }
+          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state, ...(body === UNREPLAYABLE ? { reason: 'unreplayable' } : {}) }
           : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
       );
     } catch (error) {
@@ -419,6 +450,26 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     run,
     emit,
   };
+}
+
+/** The stored body of an outcome that ran but could not be serialized (no codec writes a NUL first). */
+const UNREPLAYABLE = '\u0000unreplayable';
+
+function unreplayable(): IdempotencyError {
+  return new IdempotencyError(
+    'outcome_unreplayable',
+    'The operation with this idempotency key ran, but its result could not be stored, so it cannot be replayed. ' +
+      'It will not run again with this key: check its effect by other means (for example, list the resource).',
+  );
+}
+
+function isStream(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  return (
+    Symbol.asyncIterator in value ||
+    typeof (value as { getReader?: unknown }).getReader === 'function' ||
+    typeof (value as { subscribe?: unknown }).subscribe === 'function'
+  );
 }
 
 function tooLarge(policy: ResolvedPolicy): IdempotencyResponseTooLargeError {

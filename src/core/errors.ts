@@ -25,7 +25,9 @@ export type IdempotencyErrorReason =
   /** The result was too large to store; the key was released. */
   | 'response_too_large'
   /** The input cannot be fingerprinted (too deep, cyclic, unsupported value). */
-  | 'input_unsupported';
+  | 'input_unsupported'
+  /** The operation ran but its result could not be stored; it will not run again for this key. */
+  | 'outcome_unreplayable';
 
 export interface IdempotencyErrorOptions {
   cause?: unknown;

@@ -48,6 +48,14 @@ function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancest
   }
 }
 
+function unsupported(what: string): IdempotencyInputError {
+  return new IdempotencyInputError(
+    'input_unsupported',
+    `The input contains ${what}, which cannot be fingerprinted, so reuse of a key with another one could not be detected. ` +
+      'Parse it into plain data (objects, arrays, strings, numbers) before the procedure, or protect it with getKey and a payload of your own.',
+  );
+}
+
 function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
   if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
     throw new IdempotencyInputError(
@@ -93,11 +101,28 @@ function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, a
   } else if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
     // Decimal, URL and similar value objects describe themselves.
     out = `J${encode((value as { toJSON(): unknown }).toJSON(), exclude, ancestors)}`;
+  } else if (typeof FormData !== 'undefined' && value instanceof FormData) {
+    const entries: string[] = [];
+    for (const [k, v] of value) {
+      if (exclude !== undefined && exclude.has(k)) continue;
+      if (typeof v !== 'string') throw unsupported('a file inside FormData');
+      entries.push(`${JSON.stringify(k)}=${JSON.stringify(v)}`);
+    }
+    out = `F[${entries.sort().join(',')}]`;
   } else {
     // Own enumerable keys only, read and never assigned: a key named
     // `__proto__` is data here, not a prototype.
     const keys = Object.keys(value).sort();
-    out = '{';
+    const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
+    if (proto !== Object.prototype && proto !== null) {
+      // A class instance: its own fields are its data, unless it has none
+      // (Blob, File, a stream): then two different ones would look alike.
+      const kind = proto.constructor?.name || 'object';
+      if (keys.length === 0) throw unsupported(`a ${kind} (it has no fields to compare)`);
+      out = `C${JSON.stringify(kind)}{`;
+    } else {
+      out = '{';
+    }
     let first = true;
     for (const k of keys) {
       if (exclude !== undefined && exclude.has(k)) continue;

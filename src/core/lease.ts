@@ -1,16 +1,20 @@
 export interface LeaseOptions {
   lockTtl: number;
+  /** Stop renewing after this long (ms), as if the claim were lost. */
+  maxRunTime: number | undefined;
   now: () => number;
-  /** The caller's signal: its abort is forwarded to the lease's signal. */
-  signal: AbortSignal | undefined;
   /** Renews the claim; resolves false if the claim is no longer ours. */
   extend: () => Promise<boolean>;
   onError: (error: unknown) => void;
-  onLost: () => void;
+  onLost: (reason: 'fenced' | 'unconfirmed' | 'max_run_time') => void;
 }
 
 export interface Lease {
-  /** Aborts when the caller's signal aborts or the claim is lost. */
+  /**
+   * Aborts when the claim is lost. It does not follow the caller's signal: a
+   * caller that went away (a timeout, a dropped connection) will retry, and
+   * the operation should finish so that the retry gets the replay.
+   */
   readonly signal: AbortSignal;
   stop(): void;
 }
@@ -22,25 +26,20 @@ export interface Lease {
  * the lease's signal aborts: someone else may now run the operation.
  */
 export function startLease(options: LeaseOptions): Lease {
-  const { lockTtl, now, extend, onError, onLost } = options;
+  const { lockTtl, maxRunTime, now, extend, onError, onLost } = options;
   const controller = new AbortController();
-  const outer = options.signal;
-  const forward = () => controller.abort(outer?.reason);
-  if (outer !== undefined) {
-    if (outer.aborted) forward();
-    else outer.addEventListener('abort', forward, { once: true });
-  }
-
-  let confirmedAt = now();
+  const startedAt = now();
+  let confirmedAt = startedAt;
   let inFlight = false;
   let stopped = false;
-  const lose = () => {
+  const lose = (reason: 'fenced' | 'unconfirmed' | 'max_run_time') => {
     if (stopped) return;
     stop();
-    onLost();
-    controller.abort(new Error('The idempotency claim was lost: the operation may run again elsewhere.'));
+    onLost(reason);
+    controller.abort(new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`));
   };
   const timer = setInterval(() => {
+    if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
     if (inFlight) return;
     inFlight = true;
     const attemptAt = now();
@@ -48,13 +47,13 @@ export function startLease(options: LeaseOptions): Lease {
       (held) => {
         inFlight = false;
         if (held) confirmedAt = attemptAt;
-        else lose();
+        else lose('fenced');
       },
       (error) => {
         inFlight = false;
         onError(error);
         // Unconfirmed for a whole lockTtl: the claim has expired in the store.
-        if (now() - confirmedAt >= lockTtl) lose();
+        if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
       },
     );
   }, Math.max(Math.floor(lockTtl / 3), 1));
@@ -63,7 +62,6 @@ export function startLease(options: LeaseOptions): Lease {
   function stop() {
     stopped = true;
     clearInterval(timer);
-    outer?.removeEventListener('abort', forward);
   }
 
   return { signal: controller.signal, stop };

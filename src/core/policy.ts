@@ -56,6 +56,13 @@ export interface IdempotencyPolicyOptions {
    * @default false
    */
   transaction?: boolean;
+  /**
+   * The longest an operation keeps its claim, in milliseconds. Past it the
+   * claim is no longer renewed (it expires lockTtl later, so a retry can run)
+   * and the operation's signal aborts. Unset: renewed for as long as it runs.
+   * @default undefined (no limit)
+   */
+  maxRunTime?: number;
 }
 
 /** Defaults of {@link IdempotencyPolicyOptions}, exported for reuse. */
@@ -80,6 +87,7 @@ export interface ResolvedPolicy {
   readonly maxResponseBytes: number;
   readonly exclude: ReadonlySet<string> | undefined;
   readonly transaction: boolean;
+  readonly maxRunTime: number | undefined;
 }
 
 /**
@@ -92,7 +100,7 @@ export function resolvePolicy(
   overrides: IdempotencyPolicyOptions = {},
   where = 'idempotency options',
 ): ResolvedPolicy {
-  const pick = <K extends keyof IdempotencyPolicyOptions>(k: K) =>
+  const pick = <K extends keyof typeof DEFAULT_POLICY>(k: K) =>
     (overrides[k] ?? base[k] ?? DEFAULT_POLICY[k]) as NonNullable<IdempotencyPolicyOptions[K]>;
   const ttl = pick('ttl');
   const lockTtl = pick('lockTtl');
@@ -102,6 +110,8 @@ export function resolvePolicy(
   const maxResponseBytes = pick('maxResponseBytes');
   const excludeFields = pick('excludeFields');
   const transaction = pick('transaction');
+  const maxRunTime = overrides.maxRunTime ?? base.maxRunTime;
+  if (maxRunTime !== undefined) positiveMs(maxRunTime, 'maxRunTime', where);
 
   positiveMs(ttl, 'ttl', where);
   positiveMs(lockTtl, 'lockTtl', where);
@@ -132,6 +142,7 @@ export function resolvePolicy(
   }
   return Object.freeze({
     transaction,
+    maxRunTime,
     ttl,
     lockTtl,
     inFlight,

@@ -9,13 +9,6 @@
  * overwrite or delete the new holder's record.
  */
 
-/**
- * Where the tRPC adapter puts the store transaction in the context of a
- * procedure in transactional mode. A global symbol: the adapter and the store
- * may come from two copies of the package.
- */
-export const TRANSACTION_CONTEXT: unique symbol = Symbol.for('trpc-idempotency.transaction') as never;
-
 /** A record's state as the engine sees it. `in_progress` is a live claim. */
 export type RecordState = 'in_progress' | 'completed' | 'failed';
 
@@ -49,6 +42,8 @@ export type ClaimResult =
 
 export interface CompleteInput {
   id: string;
+  /** The claim's fingerprint, written again if the record has to be recreated. */
+  fingerprint: string;
   token: string;
   /** `completed` for a stored result, `failed` for a stored (replayable) error. */
   state: 'completed' | 'failed';
@@ -84,7 +79,11 @@ export interface StoreTransaction {
 export interface IdempotencyStore {
   /** Atomically claims `id`, or reports the record that is there. */
   claim(input: ClaimInput): Promise<ClaimResult>;
-  /** Stores the outcome if `token` still holds the claim. Returns false if it does not. */
+  /**
+   * Stores the outcome if `token` still holds the claim, or if the record is
+   * absent or expired (no one else holds or ran it: it expired, was evicted or
+   * lost in a restart). Returns false if another claim or outcome is there.
+   */
   complete(input: CompleteInput): Promise<boolean>;
   /** Deletes the claim if `token` still holds it, so the key can be retried. */
   release(input: FencedInput): Promise<boolean>;

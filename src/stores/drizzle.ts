@@ -10,7 +10,7 @@ import type {
   IdempotencyStore,
   StoreTransaction,
 } from '../core/store.js';
-import { TRANSACTION_CONTEXT } from '../core/store.js';
+import { idempotentCall } from '../core/context.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
@@ -42,11 +42,12 @@ export interface PurgeOptions {
 export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStore {
   /**
    * The transaction a procedure in transactional mode (`transaction: true`)
-   * runs in, from its tRPC context: make your writes through it so they
-   * commit with the stored outcome.
-   * @throws if the procedure does not run in transactional mode.
+   * runs in: make your writes through it so they commit with the stored
+   * outcome. Call it from the resolver (or anything it calls); `ctx` is
+   * accepted for readability and not needed.
+   * @throws if the call does not run in transactional mode.
    */
-  transactionOf(ctx: object): TransactionOf<TDb>;
+  transactionOf(ctx?: object): TransactionOf<TDb>;
   /** Deletes expired rows in batches and returns how many went. Schedule it (see the README). */
   purgeExpired(options?: PurgeOptions): Promise<number>;
 }
@@ -120,10 +121,16 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       from idempotency_keys
      where id = ${id} and expires_at > statement_timestamp() and not exists (select 1 from claimed)`;
 
-  const completeQuery = ({ id, token, state, body, ttl }: CompleteInput) => sql`
-    update idempotency_keys
-       set state = ${state}, body = ${body}, token = null, expires_at = statement_timestamp() + ${ms(ttl)}
-     where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
+  // Stores the outcome if the token holds the claim, or if the row is absent
+  // or expired (purged, or expired with no one taking it over): no one else
+  // holds or ran it. Another live claim or outcome wins.
+  const completeQuery = ({ id, fingerprint, token, state, body, ttl }: CompleteInput) => sql`
+    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+    values (${id}, ${state}, ${fingerprint}, null, ${body}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
+    on conflict (id) do update
+      set state = excluded.state, fingerprint = excluded.fingerprint, token = null, body = excluded.body,
+          expires_at = excluded.expires_at
+      where (k.state = 'in_progress' and k.token = ${token}) or k.expires_at <= statement_timestamp()
     returning 1`;
 
   return {
@@ -167,8 +174,8 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       );
     },
 
-    transactionOf(ctx: object): TransactionOf<TDb> {
-      const tx = (ctx as Record<symbol, unknown>)[TRANSACTION_CONTEXT];
+    transactionOf(_ctx?: object): TransactionOf<TDb> {
+      const tx = idempotentCall.getStore()?.transaction;
       if (tx === undefined) {
         throw new IdempotencyConfigError(
           'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',

@@ -121,12 +121,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         : { state: rec.state, fingerprint: rec.fingerprint };
     },
 
-    async complete({ id, token, state, body, ttl }: CompleteInput): Promise<boolean> {
+    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<boolean> {
       const t = now();
-      const rec = held(id, token, t);
-      if (rec === undefined) return false;
+      const rec = live(id, t);
+      // Held by this token, or absent (expired, evicted): no one else holds or ran it.
+      if (rec !== undefined && (rec.state !== 'in_progress' || rec.token !== token)) return false;
+      if (rec === undefined) makeRoom();
       records.delete(id);
-      records.set(id, { state, fingerprint: rec.fingerprint, token: undefined, body, expiresAt: t + ttl });
+      records.set(id, { state, fingerprint, token: undefined, body, expiresAt: t + ttl });
       notify(id);
       return true;
     },

@@ -45,29 +45,33 @@ return {rec[1], rec[2], rec[3]}
 
 /**
  * KEYS[1] record key
- * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms), ARGV[5] notify channel
- * Returns 1 if stored, 0 if the token no longer holds the claim.
+ * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms),
+ * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
+ * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
+ * Stores the outcome if the token holds the claim, or if the record is gone (expired,
+ * evicted, lost in a restart: no one else holds or ran it). Returns 1 if stored, 0 if
+ * another claim or outcome is there.
  */
 export const COMPLETE = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
-if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3])
-redis.call('HDEL', KEYS[1], 't', 'w')
+if rec[1] and (rec[1] ~= 'p' or rec[2] ~= ARGV[1]) then return 0 end
+if rec[1] then redis.call('HDEL', KEYS[1], 't', 'w') end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if rec[3] then redis.call('PUBLISH', ARGV[5], KEYS[1]) end
+if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1
 `);
 
 /**
  * KEYS[1] record key
- * ARGV[1] token, ARGV[2] notify channel
+ * ARGV[1] token, ARGV[2] notify channel, ARGV[3] notify message (as for COMPLETE)
  * Returns 1 if deleted, 0 if the token no longer holds the claim.
  */
 export const RELEASE = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-if rec[3] then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+if rec[3] then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return 1
 `);
 

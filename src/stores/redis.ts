@@ -26,7 +26,7 @@ export interface RedisStoreOptions {
 }
 
 export interface RedisStore extends IdempotencyStore {
-  /** The Redis key of a record id (for inspection and tests). */
+  /** The Redis key of a record id (for inspection and tests), without the client's own `keyPrefix`. */
   keyOf(id: string): string;
   /**
    * Closes the subscriber connection the store opened for `inFlight: 'wait'`
@@ -113,13 +113,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         : { state: finished, fingerprint: reply[1]! };
     },
 
-    async complete({ id, token, state, body, ttl }: CompleteInput): Promise<boolean> {
-      const reply = await run(COMPLETE, keyOf(id), [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel]);
+    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<boolean> {
+      const key = keyOf(id);
+      const reply = await run(COMPLETE, key, [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key]);
       return reply === 1;
     },
 
     async release({ id, token }: FencedInput): Promise<boolean> {
-      return (await run(RELEASE, keyOf(id), [token, channel])) === 1;
+      const key = keyOf(id);
+      return (await run(RELEASE, key, [token, channel, key])) === 1;
     },
 
     async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {

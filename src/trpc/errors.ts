@@ -10,6 +10,7 @@ const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {
   payload_mismatch: 'UNPROCESSABLE_CONTENT',
   store_unavailable: 'SERVICE_UNAVAILABLE',
   response_too_large: 'INTERNAL_SERVER_ERROR',
+  outcome_unreplayable: 'INTERNAL_SERVER_ERROR',
 };
 
 /** The tRPC code (and so the HTTP status) of each reason. */

@@ -1,3 +1,5 @@
+import { IdempotencyKeyError } from '../core/errors.js';
+
 /**
  * Reading the key from, and writing headers to, the HTTP request behind a tRPC
  * call. tRPC gives middlewares only the context, so the request must be in it:
@@ -17,7 +19,11 @@ interface ContextLike {
   req?: RequestLike;
   request?: RequestLike;
   headers?: HeaderBag;
-  res?: { setHeader?: (name: string, value: string) => unknown; header?: (name: string, value: string) => unknown; headersSent?: boolean };
+  res?: {
+    setHeader?: (name: string, value: string) => unknown;
+    header?: (name: string, value: string) => unknown;
+    headersSent?: boolean;
+  };
   resHeaders?: { set(name: string, value: string): void };
 }
 
@@ -35,13 +41,26 @@ export function hasRequestHeaders(ctx: unknown): boolean {
   return headersOf(ctx) !== undefined;
 }
 
-/** One header's value; `name` must be lower case. */
+/**
+ * One header's value; `name` must be lower case. A header sent more than once
+ * (which Node would join with ", " into what looks like one key) is refused.
+ */
 export function readHeader(ctx: unknown, name: string): string | undefined {
   const headers = headersOf(ctx);
   if (headers === undefined) return undefined;
   if (typeof headers.get === 'function') return (headers.get as (n: string) => string | null)(name) ?? undefined;
+  const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
+  if (distinct !== undefined && distinct.length > 1) {
+    throw new IdempotencyKeyError('key_invalid', `The ${name} header was sent ${distinct.length} times; send it once per call.`);
+  }
   const value = (headers as Record<string, string | string[] | undefined>)[name];
   return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/** True when the context comes from tRPC's WebSocket adapter (`res` is the socket). */
+export function isWebSocket(ctx: unknown): boolean {
+  const res = (ctx as { res?: { send?: unknown; ping?: unknown; setHeader?: unknown } } | undefined)?.res;
+  return res !== undefined && res !== null && typeof res.ping === 'function' && typeof res.send === 'function' && res.setHeader === undefined;
 }
 
 /**

@@ -8,11 +8,11 @@ import {
   isIdempotencyError,
 } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
-import { TRANSACTION_CONTEXT } from '../core/store.js';
+import { idempotentCall } from '../core/context.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
-import { hasRequestHeaders, isBatchRequest, readKeyHeader, setResponseHeader } from './http.js';
+import { hasRequestHeaders, isBatchRequest, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
 
 /** Per-procedure options, set with `.meta({ idempotency: { ... } })`. */
 export interface IdempotencyProcedureOptions extends IdempotencyPolicyOptions {
@@ -72,9 +72,22 @@ export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptio
   engine?: IdempotencyEngine;
 }
 
-// Carries the lease's signal from the middleware to the resolver through the
-// context (middlewares cannot replace the resolver's own `signal`).
-const leaseSignal = Symbol('trpc-idempotency.signal');
+const ENGINE_OPTIONS = [
+  'store',
+  'storeTimeout',
+  'retryAfter',
+  'onEvent',
+  'now',
+  'ttl',
+  'lockTtl',
+  'inFlight',
+  'waitTimeout',
+  'onStoreError',
+  'maxResponseBytes',
+  'excludeFields',
+  'transaction',
+  'maxRunTime',
+] as const satisfies readonly (keyof IdempotencyEngineOptions)[];
 
 type AnyBuilder = TRPCProcedureBuilder<any, any, any, any, any, any, any, any, any>;
 type ContextOf<B> = B extends TRPCProcedureBuilder<infer C, any, infer CO, any, any, any, any, any, any>
@@ -99,6 +112,15 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   options: WithIdempotencyOptions<ContextOf<TBuilder>> = {},
 ): TBuilder {
   // initialized config
+  if (options.engine !== undefined) {
+    const ignored = ENGINE_OPTIONS.filter((name) => options[name] !== undefined);
+    if (ignored.length > 0) {
+      throw new IdempotencyConfigError(
+        `withIdempotency: ${ignored.join(', ')} would be ignored, because an engine is given (it has its own). ` +
+          'Set them on createIdempotencyEngine, or per procedure in meta.idempotency.',
+      );
+    }
+  }
   const engine = options.engine ?? createIdempotencyEngine(options);
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();
   const headerLabel = options.header ?? 'Idempotency-Key';
@@ -115,26 +137,38 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   function createMiddleware(path: string, policy: ResolvedPolicy, required: boolean) {
     return async function idempotencyMiddleware(opts: any) {
       const { ctx, batchIndex, input, signal } = opts;
-      if (opts.type !== 'mutation') return opts.next();
+      // Outside a protected call, a nested procedure must not see the caller's claim.
+      if (opts.type !== 'mutation') return idempotentCall.exit(() => opts.next());
       const procedurePath: string = opts.path ?? path;
 
       let raw: string | null | undefined;
       if (getKey !== undefined) {
         raw = await getKey({ ctx, path: procedurePath, batchIndex, input });
       } else {
+        if (isWebSocket(ctx)) {
+          throw new IdempotencyConfigError(
+            `Procedure ${procedurePath}: over a WebSocket the request headers are those of the connection, shared by all its calls, ` +
+              'so they cannot carry a key per mutation. Pass getKey (for example, read the key from the input).',
+          );
+        }
         if (!hasRequestHeaders(ctx)) {
           throw new IdempotencyConfigError(
             `Procedure ${procedurePath}: the tRPC context has no request headers to read ${headerLabel} from. ` +
               'Return the request from createContext (`({ req, res }) => ({ req, res })`, or `({ req, resHeaders })` with the fetch adapter), or pass getKey.',
           );
         }
-        raw = readKeyHeader(ctx, header, batchIndex);
+        try {
+          raw = readKeyHeader(ctx, header, batchIndex);
+        } catch (error) {
+          engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_invalid' });
+          throw isIdempotencyError(error) ? toTRPCError(error) : error;
+        }
       }
 
       if (raw === undefined || raw === null) {
         if (!required) {
           engine.emit({ result: 'unprotected', name: procedurePath, durationMs: 0, reason: 'no_key' });
-          return opts.next();
+          return idempotentCall.exit(() => opts.next());
         }
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
         const where = isBatchRequest(ctx) && batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
@@ -154,22 +188,21 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         throw isIdempotencyError(error) ? toTRPCError(error) : error;
       }
 
-      const scopeValue = scope === undefined ? undefined : await scope({ ctx, path: procedurePath });
+      const scopeValue = scope === undefined ? undefined : checkScope(await scope({ ctx, path: procedurePath }), procedurePath);
 
       let result;
       try {
         result = await engine.execute({
           key,
           name: procedurePath,
-          scope: scopeValue === undefined || scopeValue === null ? undefined : String(scopeValue),
+          scope: scopeValue,
           payload: input,
           policy,
           codec,
           signal,
-          run: async ({ signal: lease, transaction }) => {
-            const next = await opts.next({
-              ctx: transaction === undefined ? { [leaseSignal]: lease } : { [leaseSignal]: lease, [TRANSACTION_CONTEXT]: transaction },
-            });
+          // The engine runs this inside `idempotentCall`, where the resolver finds its signal.
+          run: async () => {
+            const next = await opts.next();
             if (!next.ok) throw next.error;
             return next.data;
           },
@@ -202,9 +235,10 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             const where = 'meta.idempotency';
             const policy = meta === undefined ? engine.defaults : engine.policy(meta, where);
             const required = meta?.required ?? defaultRequired;
+            // Middlewares cannot replace the resolver's `signal`; this wrapper gives it the claim's.
             return target.use(createMiddleware('', policy, required)).mutation(function idempotentResolver(opts: any) {
-              const lease: AbortSignal | undefined = opts.ctx?.[leaseSignal];
-              return resolver(lease === undefined ? opts : { ...opts, signal: lease });
+              const call = idempotentCall.getStore();
+              return resolver(call === undefined ? opts : { ...opts, signal: call.signal });
             });
           };
         }
@@ -219,6 +253,21 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   }
 
   return wrap(base) as TBuilder;
+}
+
+/**
+ * A scope must say whose key it is, or say explicitly (`null`) that the call
+ * is unscoped: `undefined` (a missing `ctx.user?.id`), an empty string or an
+ * object would silently put every caller in one scope.
+ */
+function checkScope(value: unknown, path: string): string | undefined {
+  if (value === null) return undefined;
+  if (typeof value === 'string' && value !== '') return value;
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  throw new IdempotencyConfigError(
+    `Procedure ${path}: scope returned ${value === '' ? 'an empty string' : typeof value}. ` +
+      'Return the user or tenant id (a non-empty string or a number), or null for a call that is deliberately unscoped.',
+  );
 }
 
 function isBuilder(value: unknown): value is AnyBuilder {

@@ -49,7 +49,7 @@ export function describeStoreContract(
       const { store } = await create();
       const rec = id();
       await store.claim({ id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      expect(await store.complete({ id: rec, token: 'a', state: 'completed', body: '{"ok":1}', ttl: 60_000 })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: '{"ok":1}', ttl: 60_000 })).toBe(true);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
@@ -65,7 +65,7 @@ export function describeStoreContract(
       const { store } = await create();
       const failed = id();
       await store.claim({ id: failed, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ id: failed, token: 'a', state: 'failed', body: '{"code":"BAD_REQUEST"}', ttl: 60_000 });
+      await store.complete({ fingerprint: 'fp', id: failed, token: 'a', state: 'failed', body: '{"code":"BAD_REQUEST"}', ttl: 60_000 });
       expect(await store.claim({ id: failed, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
         state: 'failed',
         body: '{"code":"BAD_REQUEST"}',
@@ -73,13 +73,13 @@ export function describeStoreContract(
 
       const empty = id();
       await store.claim({ id: empty, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ id: empty, token: 'a', state: 'completed', body: '', ttl: 60_000 });
+      await store.complete({ fingerprint: 'fp', id: empty, token: 'a', state: 'completed', body: '', ttl: 60_000 });
       expect(await store.claim({ id: empty, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ body: '' });
 
       const large = id();
       const body = 'é€😀'.repeat(100_000);
       await store.claim({ id: large, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ id: large, token: 'a', state: 'completed', body, ttl: 60_000 });
+      await store.complete({ fingerprint: 'fp', id: large, token: 'a', state: 'completed', body, ttl: 60_000 });
       const replay = await store.claim({ id: large, fingerprint: 'fp', token: 'b', lockTtl: LOCK });
       expect(replay.state === 'completed' && replay.body === body).toBe(true);
     });
@@ -88,13 +88,13 @@ export function describeStoreContract(
       const { store } = await create();
       const rec = id();
       await store.claim({ id: rec, fingerprint: 'fp', token: 'holder', lockTtl: LOCK });
-      expect(await store.complete({ id: rec, token: 'intruder', state: 'completed', body: 'x', ttl: 60_000 })).toBe(false);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'intruder', state: 'completed', body: 'x', ttl: 60_000 })).toBe(false);
       expect(await store.release({ id: rec, token: 'intruder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK })).toBe(false);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
       // and a completed record can be neither completed again nor released
-      expect(await store.complete({ id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe(true);
-      expect(await store.complete({ id: rec, token: 'holder', state: 'completed', body: 'second', ttl: 60_000 })).toBe(false);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'second', ttl: 60_000 })).toBe(false);
       expect(await store.release({ id: rec, token: 'holder' })).toBe(false);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'y', lockTtl: LOCK })).toMatchObject({ body: 'first' });
     });
@@ -114,10 +114,10 @@ export function describeStoreContract(
       await advance(LOCK + 100);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK })).toEqual({ state: 'acquired' });
       expect(await store.extend({ id: rec, token: 'old', lockTtl: LOCK })).toBe(false);
-      expect(await store.complete({ id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe(false);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe(false);
       expect(await store.release({ id: rec, token: 'old' })).toBe(false);
-      expect(await store.complete({ id: rec, token: 'new', state: 'completed', body: 'fresh', ttl: 60_000 })).toBe(true);
-      expect(await store.complete({ id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe(false);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'new', state: 'completed', body: 'fresh', ttl: 60_000 })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe(false);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'z', lockTtl: LOCK })).toMatchObject({ body: 'fresh' });
     });
 
@@ -131,28 +131,44 @@ export function describeStoreContract(
       }
       // 1.5 x lockTtl after the claim, it is still held
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ state: 'in_progress' });
-      expect(await store.complete({ id: rec, token: 'a', state: 'completed', body: 'done', ttl: 60_000 })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 60_000 })).toBe(true);
     });
 
     it('a finished record expires after its ttl', async () => {
       const { store, advance } = await create();
       const rec = id();
       await store.claim({ id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ id: rec, token: 'a', state: 'completed', body: 'done', ttl: 500 });
+      await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 500 });
       await advance(200);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ state: 'completed' });
       await advance(400);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK })).toEqual({ state: 'acquired' });
     });
 
-    it('a claim that expired is gone even if nobody took it over: its holder can neither complete nor extend it', async () => {
+    it('a holder whose claim expired with no one taking it over cannot extend it, but can still store its outcome', async () => {
       const { store, advance } = await create();
       const rec = id();
       await store.claim({ id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK });
       await advance(LOCK + 100);
       expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK })).toBe(false);
-      expect(await store.complete({ id: rec, token: 'late', state: 'completed', body: 'x', ttl: 60_000 })).toBe(false);
-      expect(await store.claim({ id: rec, fingerprint: 'other', token: 'next', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      // no one else holds the key or ran the operation: keeping its result beats running it again
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'late', state: 'completed', body: 'kept', ttl: 60_000 })).toBe(true);
+      expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'next', lockTtl: LOCK })).toEqual({
+        state: 'completed',
+        fingerprint: 'fp',
+        body: 'kept',
+      });
+    });
+
+    it('a holder whose record vanished (released by a newer holder, or lost) can store its outcome', async () => {
+      const { store, advance } = await create();
+      const rec = id();
+      await store.claim({ id: rec, fingerprint: 'fp', token: 'old', lockTtl: LOCK });
+      await advance(LOCK + 100);
+      await store.claim({ id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK });
+      expect(await store.release({ id: rec, token: 'new' })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'from old', ttl: 60_000 })).toBe(true);
+      expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toMatchObject({ state: 'completed', body: 'from old' });
     });
 
     if (capabilities.notifies) {
@@ -169,7 +185,7 @@ export function describeStoreContract(
         const events: string[] = [];
         const offA = await store.onSettled!(completed, () => events.push('completed'));
         const offB = await store.onSettled!(released, () => events.push('released'));
-        await store.complete({ id: completed, token: 'a', state: 'completed', body: 'x', ttl: 60_000 });
+        await store.complete({ fingerprint: 'fp', id: completed, token: 'a', state: 'completed', body: 'x', ttl: 60_000 });
         await store.release({ id: released, token: 'a' });
         await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
         offA();
