@@ -65,3 +65,35 @@ describe('purgeExpired', () => {
     }
   });
 });
+
+describe('store failures on PostgreSQL', () => {
+  it('a statement timeout follows onStoreError: 503 when failing closed, with the reason in the event', async () => {
+    const { createIdempotencyEngine, recordId } = await import('../src/index.js');
+    const { drizzle } = await import('drizzle-orm/node-postgres');
+    const pg = (await import('pg')).default;
+    const { withSearchPath, DATABASE_URL } = await import('./helpers/postgres.js');
+    // sessions of this pool give up on any statement after 200 ms
+    const url = new URL(withSearchPath(DATABASE_URL, server.schema));
+    url.searchParams.set('options', `-c search_path=${server.schema} -c statement_timeout=200`);
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+    const events: { result: string; error?: { message: string } }[] = [];
+    const engine = createIdempotencyEngine({ store: drizzleStore({ db: drizzle(pool) }), storeTimeout: 5_000, onEvent: (e) => events.push(e) });
+    const seed = drizzleStore({ db: server.db });
+    const key = 'locked-key';
+    await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    // another session holds the row's lock (a long transaction, a vacuum full...)
+    const locker = await server.pool.connect();
+    await locker.query('begin');
+    await locker.query('select * from idempotency_keys where id = $1 for update', [recordId(undefined, 'op', key)]);
+    try {
+      let ran = false;
+      await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({ reason: 'store_unavailable' });
+      expect(ran).toBe(false);
+      expect(events.at(-1)?.error?.message).toMatch(/statement timeout/);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+      await pool.end();
+    }
+  });
+});

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
 import superjson from 'superjson';
-import { afterAll, afterEach, describe, expect, expectTypeOf, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
   IdempotencyConfigError,
@@ -17,7 +17,9 @@ import {
   withIdempotency,
   type WithIdempotencyOptions,
 } from '../src/index.js';
+import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
+import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from './helpers/redis.js';
 import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
 
@@ -475,9 +477,18 @@ describe('batches', () => {
   });
 });
 
+let pgs: PgSchema;
+beforeAll(async () => {
+  pgs = await isolatedSchema('trpc');
+});
+afterAll(async () => {
+  await pgs?.drop();
+});
+
 describe.each([
   ['memory', () => memoryStore()],
   ['redis', () => redisStore({ client: redis, prefix })],
+  ['postgres', () => drizzleStore({ db: pgs.db })],
 ] as [string, () => IdempotencyStore][])('in flight, on the %s store', (_name, makeStore) => {
   it("inFlight: 'wait' makes a duplicate wait for the first outcome and replay it", async () => {
     let runs = 0;
