@@ -1,0 +1,30 @@
+// trpc-idempotency/client: the @trpc/client half. Runs in browsers: no `node:`
+// imports, and nothing of @trpc/server at run time (types only).
+
+import type { IdempotencyKeySource } from './client/key.js';
+
+export { idempotencyLink } from './client/link.js';
+export type { IdempotencyLinkOptions, IdempotencyRetryEvent, IdempotencyRetryOptions } from './client/link.js';
+export { idempotencyHeaders } from './client/headers.js';
+export type { HeadersArgument, IdempotencyHeadersOptions } from './client/headers.js';
+export { createIdempotencyKey, randomKey } from './client/key.js';
+export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeySource } from './client/key.js';
+export { backoffDelay, DEFAULT_RETRY } from './client/backoff.js';
+export {
+  getHttpStatus,
+  getIdempotencyErrorData,
+  getIdempotencyReason,
+  getRetryAfterMs,
+  isAbortError,
+  isIdempotencyError,
+  isRetryableError,
+  RETRYABLE_STATUSES,
+} from './client/errors.js';
+export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/errors.js';
+export { IdempotencyConfigError } from './core/errors.js';
+
+/** What `idempotencyLink` reads from, and writes to, an operation's context. */
+export interface IdempotencyOperationContext {
+  /** The key of this operation: a string, or a holder from `createIdempotencyKey()`; a new UUID v4 when absent. */
+  idempotencyKey?: string | IdempotencyKeySource;
+}
