@@ -1,98 +1,121 @@
 /**
- * A small payments service protected by trpc-idempotency.
- * `npm run demo` starts it with the embedded memory store; nothing else to run.
+ * Starts one instance of the payments service.
  *
- * env: PORT (3000), INSTANCE_ID (demo-1), REDIS_URL (use the Redis store instead of memory)
+ * env: PORT (3000; 0 picks a free port), INSTANCE_ID (hostname-based),
+ *      IDEMPOTENCY_STORE (memory | redis | postgres; memory), REDIS_URL, REDIS_PREFIX,
+ *      DATABASE_URL (the ledger; PGlite in memory when unset), LOCK_TTL (ms, 30000),
+ *      CHARGE_DELAY_MS (1500), LOG_EVENTS (1)
  */
-import { randomUUID } from 'node:crypto';
-import { initTRPC } from '@trpc/server';
-import { createHTTPServer, type CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
-import { idempotencyErrorFormatter, type IdempotencyMeta, type IdempotencyStore, memoryStore, withIdempotency } from 'trpc-idempotency';
-import { z } from 'zod';
+import { readFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import { hostname } from 'node:os';
+import { extname, join, normalize } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createHTTPHandler } from '@trpc/server/adapters/standalone';
+import { createApp, createContext, type StoreKind } from './app.js';
+import { openDatabase } from './db.js';
 
-const port = Number(process.env.PORT ?? 3000);
-const instance = process.env.INSTANCE_ID ?? 'demo-1';
-
-async function chooseStore(): Promise<IdempotencyStore> {
-  if (!process.env.REDIS_URL) return memoryStore();
-  const [{ Redis }, { redisStore }] = await Promise.all([import('ioredis'), import('trpc-idempotency/redis')]);
-  return redisStore({ client: new Redis(process.env.REDIS_URL) });
+const env = process.env;
+const port = Number(env.PORT ?? 3000);
+const instanceId = env.INSTANCE_ID ?? `${hostname()}-${process.pid}`;
+const storeKind = (env.IDEMPOTENCY_STORE ?? 'memory') as StoreKind;
+if (!['memory', 'redis', 'postgres'].includes(storeKind)) {
+  throw new Error(`IDEMPOTENCY_STORE must be memory, redis or postgres, not ${storeKind}.`);
+}
+if (storeKind === 'memory' && env.DATABASE_URL) {
+  console.warn('IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.');
 }
 
-const createContext = ({ req, res }: CreateHTTPContextOptions) => {
-  res.setHeader('x-instance-id', instance);
-  // A real service authenticates; the demo trusts a header so you can play two users.
-  return { req, res, userId: String(req.headers['x-user'] ?? 'demo-user') };
-};
-
-const t = initTRPC
-  .context<Awaited<ReturnType<typeof createContext>>>()
-  .meta<IdempotencyMeta>()
-  .create({ errorFormatter: idempotencyErrorFormatter });
-
-const idempotentProcedure = withIdempotency(t.procedure, {
-  store: await chooseStore(),
-  scope: ({ ctx }) => ctx.userId,
-  onEvent: (e) => console.log(JSON.stringify({ event: 'idempotency', instance, ...e })),
+const database = await openDatabase(env.DATABASE_URL);
+const app = await createApp({
+  db: database.db,
+  store: storeKind,
+  redisUrl: env.REDIS_URL,
+  redisPrefix: env.REDIS_PREFIX,
+  instanceId,
+  chargeDelayMs: Number(env.CHARGE_DELAY_MS ?? 1_500),
+  lockTtl: Number(env.LOCK_TTL ?? 30_000),
+  onEvent: env.LOG_EVENTS === '0' ? undefined : (event) => console.log(JSON.stringify({ event: 'idempotency', ...event })),
 });
 
-interface Charge {
-  id: string;
-  userId: string;
-  amount: number;
-  currency: string;
-  instance: string;
-  createdAt: string;
-}
-const ledger: Charge[] = [];
+const trpc = createHTTPHandler({ router: app.appRouter, createContext, basePath: '/trpc' });
+const webRoot = fileURLToPath(new URL('../web/dist/', import.meta.url));
+const types: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.css': 'text/css' };
 
-const appRouter = t.router({
-  payments: t.router({
-    create: idempotentProcedure
-      .meta({ idempotency: { excludeFields: ['clientTimestamp'] } })
-      .input(
-        z.object({
-          amount: z.number().int().positive(),
-          currency: z.enum(['EUR', 'USD', 'GBP']),
-          clientTimestamp: z.number().optional(),
-        }),
-      )
-      .mutation(async ({ input, ctx }) => {
-        await new Promise((resolve) => setTimeout(resolve, 1_500)); // the card network is slow
-        const charge: Charge = {
-          id: `ch_${randomUUID().slice(0, 8)}`,
-          userId: ctx.userId,
-          amount: input.amount,
-          currency: input.currency,
-          instance,
-          createdAt: new Date().toISOString(),
-        };
-        ledger.push(charge);
-        return charge;
-      }),
-    list: t.procedure.query(({ ctx }) => ledger.filter((c) => c.userId === ctx.userId)),
-  }),
+// The demo's switch: the next payments.create response is dropped after the
+// charge ran, as a timeout or a load balancer would drop it.
+let dropNext = false;
+
+const server = createServer(async (req, res) => {
+  res.setHeader('x-instance-id', instanceId);
+  const url = new URL(req.url ?? '/', 'http://localhost');
+  if (url.pathname.startsWith('/trpc/')) {
+    if (dropNext && req.method === 'POST' && url.pathname.includes('payments.create')) {
+      dropNext = false;
+      const drop = () => {
+        console.log(JSON.stringify({ event: 'response_dropped', instance: instanceId }));
+        // The answer starts and is cut off, as a timeout or a crashed proxy would cut it.
+        // (A connection closed before any byte would be resent by some browsers on their own.)
+        req.socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n[{"res', () => req.socket.destroy());
+        return res;
+      };
+      res.write = drop as never;
+      res.end = drop as never;
+    }
+    return trpc(req, res);
+  }
+  if (req.method === 'POST' && url.pathname === '/demo/drop-next-response') {
+    dropNext = true;
+    res.writeHead(204).end();
+    return;
+  }
+  if (url.pathname === '/healthz') {
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+    return;
+  }
+  const file = normalize(url.pathname === '/' ? 'index.html' : url.pathname.slice(1));
+  if (file.startsWith('..')) {
+    res.writeHead(400).end();
+    return;
+  }
+  try {
+    const body = await readFile(join(webRoot, file));
+    res.writeHead(200, { 'content-type': types[extname(file)] ?? 'application/octet-stream' }).end(body);
+  } catch {
+    const hint = url.pathname === '/' ? 'The page is not built: run `npm run demo` (it builds it) or `npm run example:web`.' : 'Not found';
+    res.writeHead(404, { 'content-type': 'text/plain' }).end(hint);
+  }
 });
-export type AppRouter = typeof appRouter;
 
-createHTTPServer({ router: appRouter, createContext }).listen(port, () => {
-  const url = `http://localhost:${port}`;
+server.listen(port, () => {
+  const address = server.address();
+  const actual = typeof address === 'object' && address !== null ? address.port : port;
+  const base = `http://localhost:${actual}`;
   const post = (key: string, body: string) =>
-    `curl -si -X POST ${url}/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
-  console.log(`trpc-idempotency demo (instance ${instance}) listening on ${url}
-store: ${process.env.REDIS_URL ? `redis at ${process.env.REDIS_URL}` : 'memory'}
+    `curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
+  console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
+idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
 
-First call, runs the charge (1.5 s):
+Open ${base} for the checkout page, or try:
+First call, runs the charge:
   ${post('order-1', '{"amount":1000,"currency":"EUR","clientTimestamp":1}')}
-Same key again, replayed without charging (header idempotent-replayed: true; clientTimestamp is excluded):
+Same key again, replayed without charging (idempotent-replayed: true; clientTimestamp is excluded):
   ${post('order-1', '{"amount":1000,"currency":"EUR","clientTimestamp":2}')}
 Same key, another amount: 422
   ${post('order-1', '{"amount":5000,"currency":"EUR"}')}
 Two at once with a new key: one charges, the other gets 409 with Retry-After
   ${post('order-2', '{"amount":700,"currency":"EUR"}')} & ${post('order-2', '{"amount":700,"currency":"EUR"}')}; wait
 No key: 400
-  curl -si -X POST ${url}/payments.create -H 'content-type: application/json' -d '{"amount":1000,"currency":"EUR"}'
+  curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -d '{"amount":1000,"currency":"EUR"}'
 The ledger:
-  curl -s ${url}/payments.list
+  curl -s ${base}/trpc/payments.list
 `);
 });
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    server.close();
+    server.closeAllConnections();
+    void Promise.all([app.close(), database.close()]).finally(() => process.exit(0));
+  });
+}

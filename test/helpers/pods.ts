@@ -15,8 +15,15 @@ export interface Pod {
 
 /** Starts a pod fixture (test/fixtures/<fixture>.ts) in a separate Node process and waits until it listens. */
 export function startPod(name: string, env: Record<string, string>, fixtureName = 'pod'): Promise<Pod> {
-  const fixture = fileURLToPath(new URL(`../fixtures/${fixtureName}.ts`, import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', fixture], {
+  return startProcess(name, fileURLToPath(new URL(`../fixtures/${fixtureName}.ts`, import.meta.url)), env);
+}
+
+/**
+ * Runs a TypeScript server in a separate Node process and waits until its
+ * output matches `ready`, whose first group is the port it listens on.
+ */
+export function startProcess(name: string, script: string, env: Record<string, string>, ready = /listening (\d+)/): Promise<Pod> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
     env: { ...process.env, REDIS_URL, POD: name, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -26,7 +33,7 @@ export function startPod(name: string, env: Record<string, string>, fixtureName 
     child.once('exit', (code) => reject(new Error(`pod ${name} exited with ${code}: ${out}`)));
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
-      const match = /listening (\d+)/.exec(out);
+      const match = ready.exec(out);
       if (match) {
         clearTimeout(timer);
         child.removeAllListeners('exit');

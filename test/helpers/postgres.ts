@@ -23,9 +23,10 @@ export interface PgSchema {
 
 /**
  * A schema of its own on the real server, migrated with the package's
- * migrations (drizzle-orm's migrator), so test files never see each other's rows.
+ * migrations (drizzle-orm's migrator) unless `migrate` is false, so test
+ * files never see each other's rows.
  */
-export async function isolatedSchema(label: string, poolSize = 10): Promise<PgSchema> {
+export async function isolatedSchema(label: string, poolSize = 10, migrate = true): Promise<PgSchema> {
   const schema = `idem_${label}_${randomUUID().slice(0, 8)}`;
   const admin = new pg.Client({ connectionString: DATABASE_URL });
   await admin.connect();
@@ -35,7 +36,7 @@ export async function isolatedSchema(label: string, poolSize = 10): Promise<PgSc
   const pool = new pg.Pool({ connectionString: url, max: poolSize });
   pool.on('error', () => {});
   const db = drizzlePg(pool);
-  await migratePg(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
+  if (migrate) await migratePg(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
   return {
     db,
     pool,

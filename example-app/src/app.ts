@@ -1,0 +1,130 @@
+/**
+ * The payments service: a tRPC router protected by trpc-idempotency.
+ */
+import { initTRPC, TRPCError } from '@trpc/server';
+import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
+import { desc, eq } from 'drizzle-orm';
+import { Redis } from 'ioredis';
+import {
+  type IdempotencyEvent,
+  type IdempotencyMeta,
+  type IdempotencyStore,
+  idempotencyErrorFormatter,
+  memoryStore,
+  withIdempotency,
+} from 'trpc-idempotency';
+import { drizzleStore } from 'trpc-idempotency/drizzle';
+import { redisStore } from 'trpc-idempotency/redis';
+import { z } from 'zod';
+import type { Db } from './db.js';
+import { charges, refunds } from './schema.js';
+
+export type StoreKind = 'memory' | 'redis' | 'postgres';
+
+export interface AppOptions {
+  db: Db;
+  /** Which idempotency store: the embedded memory store, Redis, or the business database. */
+  store: StoreKind;
+  redisUrl?: string;
+  /** Key prefix in Redis, so several deployments can share one server. */
+  redisPrefix?: string;
+  instanceId: string;
+  /** How long a charge takes at the "card network", in ms. */
+  chargeDelayMs: number;
+  /** The claim's lifetime, in ms. */
+  lockTtl: number;
+  onEvent?: (event: IdempotencyEvent & { instance: string }) => void;
+}
+
+export function createContext({ req, res }: CreateHTTPContextOptions) {
+  // A real service authenticates here; the demo trusts a header so you can play two users.
+  const userId = String(req.headers['x-user'] ?? 'demo-user');
+  return { req, res, userId };
+}
+type Context = ReturnType<typeof createContext>;
+
+export async function createApp(options: AppOptions) {
+  const { db, instanceId, chargeDelayMs } = options;
+
+  let store: IdempotencyStore;
+  let redis: Redis | undefined;
+  const postgres = options.store === 'postgres' ? drizzleStore({ db }) : undefined;
+  if (postgres !== undefined) {
+    store = postgres;
+  } else if (options.store === 'redis') {
+    redis = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379');
+    // ioredis reconnects by itself; while it cannot, requests get 503 (fail-closed).
+    redis.on('error', (error) => console.error(JSON.stringify({ event: 'redis_error', instance: instanceId, message: error.message })));
+    store = redisStore({ client: redis, prefix: options.redisPrefix ?? 'payments:idem:' });
+  } else {
+    store = memoryStore();
+  }
+
+  const t = initTRPC.context<Context>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+  const idempotentProcedure = withIdempotency(t.procedure, {
+    store,
+    lockTtl: options.lockTtl,
+    // Keys are per user: one user's key can never replay another's charge.
+    scope: ({ ctx }) => ctx.userId,
+    onEvent: (event) => options.onEvent?.({ ...event, instance: instanceId }),
+  });
+  // With the PostgreSQL store the ledger row and the stored response commit together.
+  const transaction = postgres !== undefined;
+  const ledger = () => (postgres !== undefined ? postgres.transactionOf() : db);
+
+  const appRouter = t.router({
+    payments: t.router({
+      create: idempotentProcedure
+        .meta({ idempotency: { excludeFields: ['clientTimestamp'], transaction } })
+        .input(
+          z.object({
+            amount: z.number().int().positive().max(1_000_000),
+            currency: z.enum(['EUR', 'USD', 'GBP']),
+            /** When the client sent it: changes on every retry, so it is left out of the fingerprint. */
+            clientTimestamp: z.number().optional(),
+          }),
+        )
+        .mutation(async ({ input, ctx }) => {
+          await new Promise((resolve) => setTimeout(resolve, chargeDelayMs)); // the card network
+          const [charge] = await ledger()
+            .insert(charges)
+            .values({ userId: ctx.userId, amount: input.amount, currency: input.currency, instance: instanceId })
+            .returning();
+          return charge!;
+        }),
+
+      // Refunds are kept a week and a duplicate waits for the first one instead of getting 409.
+      refund: idempotentProcedure
+        .meta({ idempotency: { ttl: 7 * 24 * 3_600_000, inFlight: 'wait', waitTimeout: 15_000, transaction } })
+        .input(z.object({ chargeId: z.number().int(), amount: z.number().int().positive() }))
+        .mutation(async ({ input, ctx }) => {
+          const [charge] = await db.select().from(charges).where(eq(charges.id, input.chargeId));
+          if (charge === undefined || charge.userId !== ctx.userId) {
+            throw new TRPCError({ code: 'NOT_FOUND', message: `No charge ${input.chargeId} for you.` });
+          }
+          if (input.amount > charge.amount) {
+            throw new TRPCError({ code: 'BAD_REQUEST', message: `A refund cannot exceed the charge (${charge.amount}).` });
+          }
+          await new Promise((resolve) => setTimeout(resolve, chargeDelayMs));
+          const [refund] = await ledger()
+            .insert(refunds)
+            .values({ chargeId: charge.id, amount: input.amount, instance: instanceId })
+            .returning();
+          return refund!;
+        }),
+
+      list: t.procedure.query(({ ctx }) =>
+        db.select().from(charges).where(eq(charges.userId, ctx.userId)).orderBy(desc(charges.id)).limit(100),
+      ),
+    }),
+  });
+
+  return {
+    appRouter,
+    close: async () => {
+      redis?.disconnect();
+    },
+  };
+}
+
+export type AppRouter = Awaited<ReturnType<typeof createApp>>['appRouter'];

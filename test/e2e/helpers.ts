@@ -1,0 +1,50 @@
+import { fileURLToPath } from 'node:url';
+import { type Pod, startProcess } from '../helpers/pods.js';
+import { REDIS_URL } from '../helpers/redis.js';
+
+const server = fileURLToPath(new URL('../../example-app/src/server.ts', import.meta.url));
+
+export type Instance = Pod;
+
+/** One instance of the example app, as `npm run demo` starts it, on a free port. */
+export function startInstance(name: string, env: Record<string, string>): Promise<Instance> {
+  return startProcess(
+    name,
+    server,
+    { PORT: '0', INSTANCE_ID: name, REDIS_URL, LOG_EVENTS: '0', CHARGE_DELAY_MS: '100', ...env },
+    /listening on http:\/\/localhost:(\d+)/,
+  );
+}
+
+export interface Answer {
+  status: number;
+  instance: string | null;
+  replayed: boolean;
+  chargeId?: number;
+  reason?: string;
+}
+
+/** payments.create over plain HTTP, as any client in any language would send it. */
+export async function pay(
+  instance: Instance,
+  opts: { key?: string; user: string; amount?: number; currency?: string; clientTimestamp?: number },
+): Promise<Answer> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'x-user': opts.user };
+  if (opts.key !== undefined) headers['idempotency-key'] = opts.key;
+  const response = await fetch(`${instance.url}/trpc/payments.create`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ amount: opts.amount ?? 1000, currency: opts.currency ?? 'EUR', clientTimestamp: opts.clientTimestamp ?? Date.now() }),
+  });
+  const body = (await response.json()) as {
+    result?: { data: { id: number } };
+    error?: { data?: { idempotency?: { reason: string } } };
+  };
+  return {
+    status: response.status,
+    instance: response.headers.get('x-instance-id'),
+    replayed: response.headers.get('idempotent-replayed') === 'true',
+    chargeId: body.result?.data.id,
+    reason: body.error?.data?.idempotency?.reason,
+  };
+}
