@@ -121,19 +121,27 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     throw new IdempotencyConfigError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
   }
   const onEvent = options.onEvent;
+  const storeName = store.name ?? 'custom';
   const now = options.now ?? Date.now;
   const defaults = resolvePolicy(options, {}, 'idempotency options');
   if (defaults.transaction && store.transaction === undefined) {
     throw new IdempotencyConfigError('idempotency options: transaction: true needs a store with transactions (the Drizzle store); this store has none.');
   }
 
+  /** Emits an event built here: a fresh object, so the store's name is set in place. */
   function emit(event: IdempotencyEvent) {
     if (onEvent === undefined) return;
+    event.store ??= storeName;
     try {
       onEvent(event);
     } catch {
       // An observer must never change the outcome of a request.
     }
+  }
+
+  /** An adapter's event: copied rather than changed in place. */
+  function emitFromAdapter(event: IdempotencyEvent) {
+    if (onEvent !== undefined) emit({ ...event });
   }
 
   function storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, call: () => Promise<T>): Promise<T> {
@@ -275,8 +283,12 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         { retryAfter },
       );
     }
-    emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state });
     const body = claimed.body ?? '';
+    if (onEvent !== undefined) {
+      const marker = body === UNREPLAYABLE;
+      const bytes = marker ? 0 : Buffer.byteLength(body);
+      emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state, bytes, ...(marker ? { reason: 'unreplayable' } : {}) });
+    }
     if (claimed.state === 'completed') return { ok: true, value: codec.deserialize(body), replayed: true };
     if (body === UNREPLAYABLE) return { ok: false, error: unreplayable(), replayed: true };
     return { ok: false, error: codec.deserializeError(body), replayed: true };
@@ -306,7 +318,12 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       lockTtl: policy.lockTtl,
       maxRunTime: policy.maxRunTime,
       now,
-      extend: () => storeCall('extend', () => store.extend({ id, token, lockTtl: policy.lockTtl })),
+      extend: async () => {
+        const renewStart = onEvent === undefined ? 0 : performance.now();
+        const held = await storeCall('extend', () => store.extend({ id, token, lockTtl: policy.lockTtl }));
+        if (held && onEvent !== undefined) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
+        return held;
+      },
       onError: (error) =>
         emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
       onLost: (reason) => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason }),
@@ -448,7 +465,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     },
     execute,
     run,
-    emit,
+    emit: emitFromAdapter,
   };
 }
 

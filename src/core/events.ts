@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 export type IdempotencyEventResult =
   /** The claim was won: the operation runs now. */
   | 'acquired'
-  /** A stored outcome was replayed. */
+  /** A stored outcome was replayed (`bytes` says how large it was). */
   | 'replayed'
   /** The key was held by a running request: 409. */
   | 'in_progress'
@@ -16,6 +16,8 @@ export type IdempotencyEventResult =
   | 'released'
   /** The claim was lost while the operation ran (it outlived `lockTtl` without renewal). */
   | 'lease_lost'
+  /** The claim was renewed while the operation ran (every `lockTtl / 3`). */
+  | 'renewed'
   /** A store call failed or timed out (`operation` says which). */
   | 'store_error'
   /** The operation ran without protection: fail-open, or no key and not required. */
@@ -32,14 +34,24 @@ export interface IdempotencyEvent {
   result: IdempotencyEventResult;
   /** The operation name: the tRPC procedure path. */
   name: string;
+  /**
+   * The store's name (`IdempotencyStore.name`: `memory`, `redis`,
+   * `postgresql`), or `custom` for a store without one. Set by the engine on every event.
+   */
+  store?: string;
   /** First 16 hex characters of SHA-256(scope, name, key); absent when there was no valid key. */
   keyHash?: string;
   /** Time spent on the step this event reports, in milliseconds. */
   durationMs: number;
-  /** For `released`, `rejected`, `unprotected`: why. */
+  /**
+   * For `released`, `rejected`, `unprotected`, `lease_lost`: why. On `completed`
+   * and `replayed`: `unreplayable` for an outcome that ran but could not be stored.
+   */
   reason?: string;
-  /** For `completed`: which outcome was stored. */
+  /** For `completed`: which outcome was stored; for `replayed`: which was replayed (a result or an error). */
   state?: 'completed' | 'failed';
+  /** For `replayed`: the size of the stored outcome sent back, in UTF-8 bytes (0 for an unreplayable one). */
+  bytes?: number;
   /** For `store_error`: which store call failed. */
   operation?: 'claim' | 'complete' | 'release' | 'extend' | 'subscribe';
   /** For `store_error`: the error's name and message (never its command arguments). */

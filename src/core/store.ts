@@ -77,6 +77,12 @@ export interface StoreTransaction {
 }
 
 export interface IdempotencyStore {
+  /**
+   * What kind of store this is, for telemetry: `memory`, `redis`,
+   * `postgresql`. A bounded, low-cardinality name (never a host or a prefix);
+   * events report `custom` for a store without one.
+   */
+  readonly name?: string;
   /** Atomically claims `id`, or reports the record that is there. */
   claim(input: ClaimInput): Promise<ClaimResult>;
   /**

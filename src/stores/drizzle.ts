@@ -40,6 +40,7 @@ export interface PurgeOptions {
 }
 
 export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStore {
+  readonly name: 'postgresql';
   /**
    * The transaction a procedure in transactional mode (`transaction: true`)
    * runs in: make your writes through it so they commit with the stored
@@ -134,6 +135,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     returning 1`;
 
   return {
+    name: 'postgresql',
     async claim(input: ClaimInput): Promise<ClaimResult> {
       for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
         const [row] = await run(db, claimQuery(input));

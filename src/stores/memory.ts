@@ -40,6 +40,7 @@ interface MemoryRecord {
 }
 
 export interface MemoryStore extends IdempotencyStore {
+  readonly name: 'memory';
   /** Live records (expired ones are not counted). */
   readonly size: number;
   /** Stops the sweep timer. The store keeps working; expired records are then dropped on access. */
@@ -102,6 +103,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   }
 
   return {
+    name: 'memory',
     get size() {
       sweep();
       return records.size;

@@ -26,6 +26,7 @@ export interface RedisStoreOptions {
 }
 
 export interface RedisStore extends IdempotencyStore {
+  readonly name: 'redis';
   /** The Redis key of a record id (for inspection and tests), without the client's own `keyPrefix`. */
   keyOf(id: string): string;
   /**
@@ -99,6 +100,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   }
 
   return {
+    name: 'redis',
     keyOf,
 
     async claim({ id, fingerprint, token, lockTtl, waiting }: ClaimInput): Promise<ClaimResult> {
