@@ -14,6 +14,7 @@ import {
   withIdempotency,
 } from 'trpc-idempotency';
 import { drizzleStore } from 'trpc-idempotency/drizzle';
+import { openTelemetry } from 'trpc-idempotency/otel';
 import { redisStore } from 'trpc-idempotency/redis';
 import { z } from 'zod';
 import type { Db } from './db.js';
@@ -66,7 +67,8 @@ export async function createApp(options: AppOptions) {
     lockTtl: options.lockTtl,
     // Keys are per user: one user's key can never replay another's charge.
     scope: ({ ctx }) => ctx.userId,
-    onEvent: (event) => options.onEvent?.({ ...event, instance: instanceId }),
+    // Metrics and spans through OpenTelemetry (served on /metrics), then our own log line.
+    onEvent: openTelemetry({ onEvent: (event) => options.onEvent?.({ ...event, instance: instanceId }) }),
   });
   // With the PostgreSQL store the ledger row and the stored response commit together.
   const transaction = postgres !== undefined;

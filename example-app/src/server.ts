@@ -11,6 +11,10 @@ import { createServer } from 'node:http';
 import { hostname } from 'node:os';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { metrics } from '@opentelemetry/api';
+import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import { createApp, createContext, type StoreKind } from './app.js';
 import { openDatabase } from './db.js';
@@ -25,6 +29,14 @@ if (!['memory', 'redis', 'postgres'].includes(storeKind)) {
 if (storeKind === 'memory' && env.DATABASE_URL) {
   console.warn('IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.');
 }
+
+// OpenTelemetry metrics, scraped by Prometheus from /metrics on the app's own port.
+const prometheus = new PrometheusExporter({ preventServerStart: true });
+const meterProvider = new MeterProvider({
+  resource: resourceFromAttributes({ 'service.name': 'trpc-idempotency-demo', 'service.instance.id': instanceId }),
+  readers: [prometheus],
+});
+metrics.setGlobalMeterProvider(meterProvider);
 
 const database = await openDatabase(env.DATABASE_URL);
 const app = await createApp({
@@ -69,6 +81,10 @@ const server = createServer(async (req, res) => {
     res.writeHead(204).end();
     return;
   }
+  if (req.method === 'GET' && url.pathname === '/metrics') {
+    prometheus.getMetricsRequestHandler(req, res);
+    return;
+  }
   if (url.pathname === '/healthz') {
     res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
     return;
@@ -109,6 +125,8 @@ No key: 400
   curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -d '{"amount":1000,"currency":"EUR"}'
 The ledger:
   curl -s ${base}/trpc/payments.list
+Metrics (OpenTelemetry, Prometheus format):
+  curl -s ${base}/metrics | grep idempotency
 `);
 });
 
@@ -116,6 +134,6 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     server.close();
     server.closeAllConnections();
-    void Promise.all([app.close(), database.close()]).finally(() => process.exit(0));
+    void Promise.all([app.close(), database.close(), meterProvider.shutdown()]).finally(() => process.exit(0));
   });
 }

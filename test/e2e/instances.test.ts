@@ -115,4 +115,16 @@ describe.each(['redis', 'postgres'] as const)('two instances sharing the %s stor
     expect(new Set(ok.map((x) => x.chargeId)).size).toBe(1);
     expect(await charges(user)).toBe(1);
   });
+
+  it('exposes its checks as OpenTelemetry metrics on /metrics, per instance and result', async () => {
+    const user = randomUUID();
+    const key = randomUUID();
+    await pay(a, { user, key });
+    await pay(a, { user, key });
+    const text = await (await fetch(`${a.url}/metrics`)).text();
+    expect(text).toMatch(/idempotency_checks_total\{[^}]*idempotency_result="acquired"[^}]*\} [1-9]/);
+    expect(text).toMatch(/idempotency_checks_total\{[^}]*idempotency_result="replayed"[^}]*\} [1-9]/);
+    expect(text).toMatch(/idempotency_check_duration_bucket/);
+    expect(text).not.toContain(key);
+  });
 });
