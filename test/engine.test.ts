@@ -259,3 +259,30 @@ describe('the claim while the operation runs', () => {
     client.disconnect();
   });
 });
+
+describe('a completion that fails', () => {
+  it('is retried in the background, so the outcome is stored and replayed rather than run again', async () => {
+    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const client = new Redis({ port: proxy.port });
+    await client.ping();
+    const events: IdempotencyEvent[] = [];
+    const store = redisStore({ client, prefix });
+    const engine = createIdempotencyEngine({ store, storeTimeout: 200, lockTtl: 10_000, onEvent: (e) => events.push(e) });
+    const input = { key: randomUUID(), name: 'charge', payload: { cents: 5 } };
+    let runs = 0;
+    const first = await engine.run(input, async () => {
+      runs++;
+      proxy.setDelay(1_000); // the network slows down just as the charge completes
+      return 'ch_1';
+    });
+    expect(first).toEqual({ value: 'ch_1', replayed: false });
+    expect(events.map((e) => [e.result, e.operation])).toContainEqual(['store_error', 'complete']);
+    proxy.setDelay(0);
+    await expect.poll(() => events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), { timeout: 8_000 }).toBe(true);
+    await expect(engine.run(input, async () => 'ch_2')).resolves.toEqual({ value: 'ch_1', replayed: true });
+    expect(runs).toBe(1);
+    expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+    client.disconnect();
+    await proxy.close();
+  });
+});

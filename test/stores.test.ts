@@ -39,7 +39,7 @@ describe('redis store specifics', () => {
     expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toEqual({ state: 'acquired' });
     await redis.script('FLUSH');
     expect(await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 })).toBe(true);
-    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b' });
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 't' });
   });
 
   it('keeps one hash per record under a hash tag, with the claim TTL and then the outcome TTL', async () => {

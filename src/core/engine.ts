@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import {
   IdempotencyConfigError,
   IdempotencyError,
@@ -10,7 +10,7 @@ import {
   isRetryable,
 } from './errors.js';
 import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
-import { idempotentCall } from './context.js';
+import { claimedCall, idempotentCall, runAsCall } from './context.js';
 import { fingerprint } from './fingerprint.js';
 import { recordId } from './key.js';
 import { startLease } from './lease.js';
@@ -106,6 +106,20 @@ export interface IdempotencyEngine {
 const FIRST_POLL_MS = 25;
 const MAX_POLL_MS = 1_000;
 
+// Claim tokens: 16 random bytes each (base64url), drawn from a pool refilled
+// 256 tokens at a time, since a randomBytes call per request costs a system call.
+const TOKEN_BYTES = 16;
+const tokenPool = Buffer.alloc(TOKEN_BYTES * 256);
+let tokenOffset = tokenPool.length;
+function newToken(): string {
+  if (tokenOffset === tokenPool.length) {
+    randomFillSync(tokenPool);
+    tokenOffset = 0;
+  }
+  tokenOffset += TOKEN_BYTES;
+  return tokenPool.toString('base64url', tokenOffset - TOKEN_BYTES, tokenOffset);
+}
+
 /**
  * Creates the framework-agnostic engine. The tRPC adapter is built on it, and
  * it can protect any async operation, such as a queue consumer keyed by
@@ -151,17 +165,22 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     } catch (cause) {
       promise = Promise.reject(cause);
     }
-    return withTimeout(
-      promise,
-      storeTimeout,
-      () => new IdempotencyStoreError('store_unavailable', `The idempotency store did not answer ${operation} within ${storeTimeout} ms.`),
-    );
+    return withTimeout(promise, storeTimeout, () => timedOut(operation));
+  }
+
+  function timedOut(operation: NonNullable<IdempotencyEvent['operation']>): IdempotencyStoreError {
+    return new IdempotencyStoreError('store_unavailable', `The idempotency store did not answer ${operation} within ${storeTimeout} ms.`);
   }
 
   async function claimOnce(id: string, fp: string, token: string, policy: ResolvedPolicy, waiting: boolean): Promise<ClaimResult> {
-    const pending = (async () => store.claim({ id, fingerprint: fp, token, lockTtl: policy.lockTtl, waiting }))();
+    let pending: Promise<ClaimResult>;
     try {
-      return await storeCall('claim', () => pending);
+      pending = Promise.resolve(store.claim({ id, fingerprint: fp, token, lockTtl: policy.lockTtl, waiting }));
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    try {
+      return await withTimeout(pending, storeTimeout, () => timedOut('claim'));
     } catch (error) {
       // A claim that lands after we gave up would block the key until lockTtl: give it back.
       pending.then(
@@ -181,7 +200,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     keyHash: string | undefined,
     name: string,
   ): Promise<ClaimResult> {
-    const waitMode = policy.inFlight === 'wait' && policy.waitTimeout > 0;
+    const waitMode = isWaitMode(policy);
     let result = await claimOnce(id, fp, token, policy, waitMode);
     if (!waitMode || result.state !== 'in_progress' || result.fingerprint !== fp) return result;
 
@@ -241,12 +260,13 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     const fp = fingerprint(name, input.payload, policy.exclude);
     const id = recordId(input.scope, name, input.key);
     const keyHash = onEvent === undefined ? undefined : hashRecordId(id);
-    const token = randomBytes(16).toString('base64url');
+    const token = newToken();
 
     const checkStart = performance.now();
     let claimed: ClaimResult;
     try {
-      claimed = await claim(id, fp, token, policy, input.signal, keyHash, name);
+      // Without waiting, a claim is one store call: no need for the waiting loop's frame.
+      claimed = await (isWaitMode(policy) ? claim(id, fp, token, policy, input.signal, keyHash, name) : claimOnce(id, fp, token, policy, false));
     } catch (error) {
       const durationMs = performance.now() - checkStart;
       emit({ result: 'store_error', name, keyHash, durationMs, operation: 'claim', error: describeError(error) });
@@ -265,7 +285,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     const durationMs = performance.now() - checkStart;
 
     if (claimed.state === 'acquired') {
-      emit({ result: 'acquired', name, keyHash, durationMs });
+      if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
       return runClaimed(input, codec, policy, id, fp, token, keyHash);
     }
     if (claimed.fingerprint !== fp) {
@@ -351,8 +371,8 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         // The operation's writes and its stored outcome commit together, or
         // neither does: a crash before the commit leaves a claim that expires.
         const value = await store.transaction!(async (tx) => {
-          const call = { signal: lease.signal, transaction: tx.handle };
-          const result = await idempotentCall.run(call, () => input.run(call));
+          const call = claimedCall(lease, tx.handle);
+          const result = await runAsCall(call, () => input.run(call));
           const encoded = encode(result);
           if ('error' in encoded) {
             releaseReason = encoded.reason;
@@ -377,8 +397,8 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
         return { ok: true, value, replayed: false };
       }
-      const call = { signal: lease.signal, transaction: undefined };
-      const value = await idempotentCall.run(call, () => input.run(call));
+      const call = claimedCall(lease, undefined);
+      const value = await runAsCall(call, () => input.run(call));
       lease.stop();
       const encoded = encode(value);
       if ('error' in encoded && encoded.reason === 'unreplayable') {
@@ -429,20 +449,47 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       }
       return outcome;
     }
-    try {
-      const { state, body } = pending;
-      const stored = await storeCall('complete', () => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
+    const { state, body } = pending;
+    const complete = () => storeCall('complete', () => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
+    const settled = (stored: boolean, reason?: string) =>
       emit(
         stored
-          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state, ...(body === UNREPLAYABLE ? { reason: 'unreplayable' } : {}) }
+          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state, ...(body === UNREPLAYABLE ? { reason: 'unreplayable' } : reason === undefined ? {} : { reason }) }
           : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
       );
+    try {
+      settled(await complete());
     } catch (error) {
-      // The operation ran; its caller still gets the outcome. A retry after
-      // lockTtl could run it again: the event is how operators see that risk.
+      // The operation ran; its caller gets the outcome now, and the completion
+      // is retried in the background (it is fenced, and idempotent for this
+      // token) for as long as the claim would have lived: past that, a retry
+      // of the client may run the operation again, and the events say so.
       emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'complete', error: describeError(error) });
+      void completeLater(complete, settled, now() + policy.lockTtl, name, keyHash);
     }
     return outcome;
+  }
+
+  async function completeLater(
+    complete: () => Promise<boolean>,
+    settled: (stored: boolean, reason?: string) => void,
+    deadline: number,
+    name: string,
+    keyHash: string | undefined,
+  ): Promise<void> {
+    let delay = 100;
+    for (;;) {
+      await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, Math.max(deadline - now(), 0))).unref());
+      try {
+        return settled(await complete(), 'completed_late');
+      } catch (error) {
+        if (now() >= deadline) {
+          emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'complete', reason: 'gave_up', error: describeError(error) });
+          return;
+        }
+      }
+      delay = Math.min(delay * 2, 2_000);
+    }
   }
 
   async function run<T>(input: Omit<ExecuteInput<T>, 'run'>, fn: ExecuteInput<T>['run']) {
@@ -467,6 +514,10 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     run,
     emit: emitFromAdapter,
   };
+}
+
+function isWaitMode(policy: ResolvedPolicy): boolean {
+  return policy.inFlight === 'wait' && policy.waitTimeout > 0;
 }
 
 /** The stored body of an outcome that ran but could not be serialized (no codec writes a NUL first). */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { IdempotencyInputError } from './errors.js';
 
 /** Inputs nested deeper than this are refused rather than risk the stack. */
@@ -18,12 +18,17 @@ export function canonicalize(value: unknown, exclude?: ReadonlySet<string>): str
   return encode(value, exclude !== undefined && exclude.size > 0 ? exclude : undefined, []);
 }
 
+// crypto.hash (Node >= 20.12) hashes in one call, without a Hash object; a
+// namespace import, since a named one would fail to link on older Node 20.
+const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash;
+
 /**
  * SHA-256 (base64url) of the operation name and the canonical input, the
  * value compared when a key is reused.
  */
 export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<string>): string {
-  return createHash('sha256').update(name).update('\n').update(canonicalize(input, exclude)).digest('base64url');
+  const text = `${name}\n${canonicalize(input, exclude)}`;
+  return oneShot === undefined ? crypto.createHash('sha256').update(text).digest('base64url') : oneShot('sha256', text, 'base64url');
 }
 
 function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {

@@ -1,3 +1,5 @@
+import { every } from './timer-list.js';
+
 export interface LeaseOptions {
   lockTtl: number;
   /** Stop renewing after this long (ms), as if the claim were lost. */
@@ -27,7 +29,10 @@ export interface Lease {
  */
 export function startLease(options: LeaseOptions): Lease {
   const { lockTtl, maxRunTime, now, extend, onError, onLost } = options;
-  const controller = new AbortController();
+  // Created when first read: most operations never look at their signal, and
+  // an AbortController costs several microseconds on every call.
+  let controller: AbortController | undefined;
+  let lostWith: Error | undefined;
   const startedAt = now();
   let confirmedAt = startedAt;
   let inFlight = false;
@@ -36,9 +41,10 @@ export function startLease(options: LeaseOptions): Lease {
     if (stopped) return;
     stop();
     onLost(reason);
-    controller.abort(new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`));
+    lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
+    controller?.abort(lostWith);
   };
-  const timer = setInterval(() => {
+  const timer = every(Math.max(Math.floor(lockTtl / 3), 1), () => {
     if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
     if (inFlight) return;
     inFlight = true;
@@ -56,13 +62,32 @@ export function startLease(options: LeaseOptions): Lease {
         if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
       },
     );
-  }, Math.max(Math.floor(lockTtl / 3), 1));
-  timer.unref();
+  });
 
   function stop() {
     stopped = true;
-    clearInterval(timer);
+    timer.stop();
   }
 
-  return { signal: controller.signal, stop };
+  const lease = {
+    stop,
+    [makeSignal]: () => {
+      if (controller === undefined) {
+        controller = new AbortController();
+        if (lostWith !== undefined) controller.abort(lostWith);
+      }
+      return controller.signal;
+    },
+  };
+  return Object.defineProperty(lease, 'signal', SIGNAL) as unknown as Lease;
 }
+
+const makeSignal = Symbol('makeSignal');
+// One getter for every lease: an object literal with a getter of its own gets
+// a hidden class of its own, which makes every young-generation GC slower.
+const SIGNAL: PropertyDescriptor = {
+  get(this: { [makeSignal]: () => AbortSignal }) {
+    return this[makeSignal]();
+  },
+  enumerable: true,
+};

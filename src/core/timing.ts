@@ -1,11 +1,22 @@
+import { after } from './timer-list.js';
+
 /** Rejects with `onTimeout()` if `promise` has not settled within `ms`. The timer is unref'd. */
 export function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
-  let timer: NodeJS.Timeout;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(onTimeout()), ms);
-    timer.unref();
+  // It runs on every store call: one promise and a shared timer (see
+  // timer-list.ts), rather than a second promise, Promise.race and a finally step.
+  return new Promise<T>((resolve, reject) => {
+    const timer = after(ms, () => reject(onTimeout()));
+    promise.then(
+      (value) => {
+        timer.stop();
+        resolve(value);
+      },
+      (error: unknown) => {
+        timer.stop();
+        reject(error);
+      },
+    );
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -18,7 +18,7 @@ export const idempotencyKeys = pgTable(
     state: text('state', { enum: ['in_progress', 'completed', 'failed'] }).notNull(),
     /** SHA-256 of the operation name and canonical input. */
     fingerprint: text('fingerprint').notNull(),
-    /** The claim's fencing token, while in progress. */
+    /** The fencing token of the claim that wrote the row. */
     token: text('token'),
     /** The serialized outcome, once finished. */
     body: text('body'),

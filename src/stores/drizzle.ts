@@ -124,14 +124,15 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
 
   // Stores the outcome if the token holds the claim, or if the row is absent
   // or expired (purged, or expired with no one taking it over): no one else
-  // holds or ran it. Another live claim or outcome wins.
+  // holds or ran it. Another live claim or outcome wins. The token stays on
+  // the row, so a completion sent twice by the same holder succeeds again.
   const completeQuery = ({ id, fingerprint, token, state, body, ttl }: CompleteInput) => sql`
     insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-    values (${id}, ${state}, ${fingerprint}, null, ${body}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
+    values (${id}, ${state}, ${fingerprint}, ${token}, ${body}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
     on conflict (id) do update
-      set state = excluded.state, fingerprint = excluded.fingerprint, token = null, body = excluded.body,
+      set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
           expires_at = excluded.expires_at
-      where (k.state = 'in_progress' and k.token = ${token}) or k.expires_at <= statement_timestamp()
+      where k.token = ${token} or k.expires_at <= statement_timestamp()
     returning 1`;
 
   return {

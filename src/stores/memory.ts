@@ -63,9 +63,22 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const records = new Map<string, MemoryRecord>();
   const listeners = new Map<string, Set<() => void>>();
 
+  // No record expires before this (a lower bound, kept on every write): until
+  // then a sweep would find nothing, so a full store does not scan all its
+  // records on every claim.
+  let nextExpiry = Number.POSITIVE_INFINITY;
+  const expiring = (expiresAt: number) => {
+    if (expiresAt < nextExpiry) nextExpiry = expiresAt;
+  };
   const sweep = () => {
     const t = now();
-    for (const [id, rec] of records) if (rec.expiresAt <= t) records.delete(id);
+    if (t < nextExpiry) return;
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const [id, rec] of records) {
+      if (rec.expiresAt <= t) records.delete(id);
+      else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
+    }
+    nextExpiry = earliest;
   };
   const timer = setInterval(sweep, sweepInterval);
   timer.unref();
@@ -84,15 +97,26 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return rec !== undefined && rec.state === 'in_progress' && rec.token === token ? rec : undefined;
   }
 
+  // Where the search for the oldest finished record resumes. Every record
+  // before it is a running claim (a claim that finishes is re-inserted at the
+  // end), and restarting from the first entry each time would step over every
+  // deleted slot the Map keeps at its head until it rehashes.
+  let evictFrom: MapIterator<[string, MemoryRecord]> | undefined;
+
   function makeRoom() {
     if (records.size < maxEntries) return;
     sweep();
     if (records.size < maxEntries) return;
-    for (const [id, rec] of records) {
-      if (rec.state !== 'in_progress') {
-        records.delete(id);
-        return;
+    for (let pass = 0; pass < 2; pass++) {
+      evictFrom ??= records.entries();
+      for (let next = evictFrom.next(); next.done !== true; next = evictFrom.next()) {
+        const [id, rec] = next.value;
+        if (rec.state !== 'in_progress') {
+          records.delete(id);
+          return;
+        }
       }
+      evictFrom = undefined;
     }
     throw new Error(`memoryStore is full: all ${maxEntries} entries are running claims. Raise maxEntries.`);
   }
@@ -115,6 +139,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       if (rec === undefined) {
         makeRoom();
         records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt: t + lockTtl });
+        expiring(t + lockTtl);
         return { state: 'acquired' };
       }
       if (rec.state === 'in_progress') return { state: 'in_progress', fingerprint: rec.fingerprint };
@@ -127,10 +152,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const t = now();
       const rec = live(id, t);
       // Held by this token, or absent (expired, evicted): no one else holds or ran it.
-      if (rec !== undefined && (rec.state !== 'in_progress' || rec.token !== token)) return false;
+      if (rec !== undefined && rec.token !== token) return false;
+      // Already stored by this very claim: a completion sent twice.
+      if (rec !== undefined && rec.state !== 'in_progress') return true;
       if (rec === undefined) makeRoom();
       records.delete(id);
-      records.set(id, { state, fingerprint, token: undefined, body, expiresAt: t + ttl });
+      records.set(id, { state, fingerprint, token, body, expiresAt: t + ttl });
+      expiring(t + ttl);
       notify(id);
       return true;
     },
@@ -147,6 +175,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const rec = held(id, token, t);
       if (rec === undefined) return false;
       rec.expiresAt = t + lockTtl;
+      expiring(rec.expiresAt);
       return true;
     },
 

@@ -7,7 +7,8 @@ import { createHash } from 'node:crypto';
  * fields:
  *   s  state: 'p' in progress, 'c' completed, 'f' failed (a stored error)
  *   f  request fingerprint
- *   t  claim token (only while in progress): fences complete, release, extend
+ *   t  claim token: fences complete, release and extend (kept once finished, so a
+ *      completion re-sent by the same holder is recognised)
  *   b  serialized outcome (only once finished)
  *   w  '1' if a request waits for this claim to settle (only while in progress)
  * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
@@ -49,14 +50,18 @@ return {rec[1], rec[2], rec[3]}
  * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
  * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
  * Stores the outcome if the token holds the claim, or if the record is gone (expired,
- * evicted, lost in a restart: no one else holds or ran it). Returns 1 if stored, 0 if
- * another claim or outcome is there.
+ * evicted, lost in a restart: no one else holds or ran it). The token stays on the record,
+ * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
+ * change. Returns 1 if stored, 0 if another claim or outcome is there.
  */
 export const COMPLETE = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
-if rec[1] and (rec[1] ~= 'p' or rec[2] ~= ARGV[1]) then return 0 end
-if rec[1] then redis.call('HDEL', KEYS[1], 't', 'w') end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6])
+if rec[1] then
+  if rec[2] ~= ARGV[1] then return 0 end
+  if rec[1] ~= 'p' then return 1 end
+  redis.call('HDEL', KEYS[1], 'w')
+end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1

@@ -42,18 +42,23 @@ export function hasRequestHeaders(ctx: unknown): boolean {
 }
 
 /**
- * One header's value; `name` must be lower case. A header sent more than once
- * (which Node would join with ", " into what looks like one key) is refused.
+ * One header's value; `name` must be lower case (`label` is how messages
+ * name it). A header sent more than once (which Node would join with ", "
+ * into what looks like one key) is refused.
  */
-export function readHeader(ctx: unknown, name: string): string | undefined {
+export function readHeader(ctx: unknown, name: string, label = name): string | undefined {
   const headers = headersOf(ctx);
   if (headers === undefined) return undefined;
   if (typeof headers.get === 'function') return (headers.get as (n: string) => string | null)(name) ?? undefined;
-  const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
-  if (distinct !== undefined && distinct.length > 1) {
-    throw new IdempotencyKeyError('key_invalid', `The ${name} header was sent ${distinct.length} times; send it once per call.`);
-  }
   const value = (headers as Record<string, string | string[] | undefined>)[name];
+  // Node joins repeated values with ", ": a value without a comma was sent once, and
+  // headersDistinct (built for every header on first read) need not be consulted.
+  if (typeof value !== 'string' || value.includes(',')) {
+    const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
+    if (distinct !== undefined && distinct.length > 1) {
+      throw new IdempotencyKeyError('key_invalid', `The ${label} header was sent ${distinct.length} times; send it once per call.`);
+    }
+  }
   return Array.isArray(value) ? value.join(', ') : value;
 }
 
@@ -64,12 +69,20 @@ export function isWebSocket(ctx: unknown): boolean {
 }
 
 /**
- * The key of the call at `batchIndex`: `<header>-<i>` if sent (the batch
- * wire format), else the plain header for the first call only, so one key can
- * never apply to two calls of a batch.
+ * The key of a call. A single call reads `<header>` only. Call `i` of a tRPC
+ * batch reads `<header>-<i>`, and call 0 may use the plain header instead (a
+ * batch of one sent by a client that knows no batches), so one key can never
+ * apply to two calls; call 0 with two different keys is refused.
  */
-export function readKeyHeader(ctx: unknown, header: string, batchIndex: number): string | undefined {
-  return readHeader(ctx, `${header}-${batchIndex}`) ?? (batchIndex === 0 ? readHeader(ctx, header) : undefined);
+export function readKeyHeader(ctx: unknown, header: string, batchIndex: number, label = header): string | undefined {
+  if (!isBatchRequest(ctx)) return readHeader(ctx, header, label);
+  const indexed = readHeader(ctx, `${header}-${batchIndex}`, `${label}-${batchIndex}`);
+  if (batchIndex !== 0) return indexed;
+  const plain = readHeader(ctx, header, label);
+  if (indexed !== undefined && plain !== undefined && indexed !== plain) {
+    throw new IdempotencyKeyError('key_invalid', `Call 0 of this batch has two different keys, in ${label} and ${label}-0. Send one of them.`);
+  }
+  return indexed ?? plain;
 }
 
 const batchParam = /[?&]batch=(?:1|true)(?:&|$)/;

@@ -1,5 +1,4 @@
-import type { TRPCCombinedDataTransformer, TRPCProcedureBuilder } from '@trpc/server';
-import { middlewareMarker } from '@trpc/server/unstable-core-do-not-import';
+import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, type TRPCProcedureBuilder } from '@trpc/server';
 import { createIdempotencyEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from '../core/engine.js';
 import {
   IdempotencyConfigError,
@@ -8,7 +7,7 @@ import {
   isIdempotencyError,
 } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
-import { idempotentCall } from '../core/context.js';
+import { idempotentCall, isClaimedCall } from '../core/context.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
@@ -134,11 +133,17 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   const codec = trpcCodec(transformer);
 
   // initialized per procedure, when `.mutation()` is called
-  function createMiddleware(path: string, policy: ResolvedPolicy, required: boolean) {
-    return async function idempotencyMiddleware(opts: any) {
+  /**
+   * The check wraps the resolver rather than being one more middleware: it
+   * still runs after every middleware, and a middleware level is a costly
+   * step on the hot path (tRPC copies the call's options twice per level).
+   * The resolver gets the claim's `signal`, which a middleware cannot replace.
+   */
+  function createResolver(resolver: (opts: any) => unknown, path: string, policy: ResolvedPolicy, required: boolean) {
+    return async function idempotentResolver(opts: any) {
       const { ctx, batchIndex, input, signal } = opts;
       // Outside a protected call, a nested procedure must not see the caller's claim.
-      if (opts.type !== 'mutation') return idempotentCall.exit(() => opts.next());
+      if (opts.type !== 'mutation') return idempotentCall.exit(() => resolver(opts));
       const procedurePath: string = opts.path ?? path;
 
       let raw: string | null | undefined;
@@ -158,7 +163,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           );
         }
         try {
-          raw = readKeyHeader(ctx, header, batchIndex);
+          raw = readKeyHeader(ctx, header, batchIndex, headerLabel);
         } catch (error) {
           engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_invalid' });
           throw isIdempotencyError(error) ? toTRPCError(error) : error;
@@ -168,7 +173,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
       if (raw === undefined || raw === null) {
         if (!required) {
           engine.emit({ result: 'unprotected', name: procedurePath, durationMs: 0, reason: 'no_key' });
-          return idempotentCall.exit(() => opts.next());
+          return idempotentCall.exit(() => resolver(opts));
         }
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
         const where = isBatchRequest(ctx) && batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
@@ -200,11 +205,13 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           policy,
           codec,
           signal,
-          // The engine runs this inside `idempotentCall`, where the resolver finds its signal.
-          run: async () => {
-            const next = await opts.next();
-            if (!next.ok) throw next.error;
-            return next.data;
+          run: async (call) => {
+            try {
+              return await resolver(isClaimedCall(call) ? withClaimSignal(opts, call) : opts);
+            } catch (error) {
+              // What a middleware would have seen: tRPC's error for what the resolver threw.
+              throw getTRPCErrorFromUnknown(error);
+            }
           },
         });
       } catch (error) {
@@ -219,12 +226,12 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         setResponseHeader(ctx, isBatchRequest(ctx) ? `${replayedHeader}-${batchIndex}` : replayedHeader, 'true');
       }
       if (!result.ok) throw isIdempotencyError(result.error) ? toTRPCError(result.error) : result.error;
-      return { marker: middlewareMarker, ok: true as const, data: result.value };
+      return result.value;
     };
   }
 
-  // Every builder method returns a wrapped builder, and `.mutation()` appends
-  // the check as the last middleware, so chaining order does not matter.
+  // Every builder method returns a wrapped builder, and `.mutation()` wraps the
+  // resolver with the check, so chaining order does not matter.
   function wrap(builder: AnyBuilder): AnyBuilder {
     return new Proxy(builder, {
       get(target, prop, receiver) {
@@ -235,11 +242,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             const where = 'meta.idempotency';
             const policy = meta === undefined ? engine.defaults : engine.policy(meta, where);
             const required = meta?.required ?? defaultRequired;
-            // Middlewares cannot replace the resolver's `signal`; this wrapper gives it the claim's.
-            return target.use(createMiddleware('', policy, required)).mutation(function idempotentResolver(opts: any) {
-              const call = idempotentCall.getStore();
-              return resolver(call === undefined ? opts : { ...opts, signal: call.signal });
-            });
+            return target.mutation(createResolver(resolver, '', policy, required));
           };
         }
         const value = Reflect.get(target, prop, receiver);
@@ -268,6 +271,24 @@ function checkScope(value: unknown, path: string): string | undefined {
     `Procedure ${path}: scope returned ${value === '' ? 'an empty string' : typeof value}. ` +
       'Return the user or tenant id (a non-empty string or a number), or null for a call that is deliberately unscoped.',
   );
+}
+
+const claim = Symbol('claim');
+// The resolver's `signal` is the claim's, read through so that it is made only
+// for a resolver that reads it. One shared getter: an object literal with a
+// getter of its own gets a hidden class of its own, which slows every young GC.
+const CLAIM_SIGNAL: PropertyDescriptor = {
+  get(this: { [claim]: { readonly signal: AbortSignal } }) {
+    return this[claim].signal;
+  },
+  enumerable: true,
+  configurable: true,
+};
+
+function withClaimSignal(opts: Record<string | symbol, unknown>, call: { readonly signal: AbortSignal }): unknown {
+  const { signal: _, ...rest } = opts;
+  rest[claim] = call;
+  return Object.defineProperty(rest, 'signal', CLAIM_SIGNAL);
 }
 
 function isBuilder(value: unknown): value is AnyBuilder {

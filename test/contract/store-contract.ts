@@ -92,10 +92,13 @@ export function describeStoreContract(
       expect(await store.release({ id: rec, token: 'intruder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK })).toBe(false);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
-      // and a completed record can be neither completed again nor released
+      // a completed record: its holder's completion sent twice succeeds again (a driver's
+      // re-send after a reconnect), anyone else's is refused, and it cannot be released
       expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe(true);
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'second', ttl: 60_000 })).toBe(false);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe(true);
+      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'intruder', state: 'completed', body: 'other', ttl: 60_000 })).toBe(false);
       expect(await store.release({ id: rec, token: 'holder' })).toBe(false);
+      expect(await store.extend({ id: rec, token: 'holder', lockTtl: LOCK })).toBe(false);
       expect(await store.claim({ id: rec, fingerprint: 'fp', token: 'y', lockTtl: LOCK })).toMatchObject({ body: 'first' });
     });
 
