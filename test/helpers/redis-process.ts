@@ -1,0 +1,87 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from './redis-server.js';
+
+export interface ControlledRedis {
+  port: number;
+  url: string;
+  /** The running server process (undefined while killed). */
+  readonly process: ChildProcess | undefined;
+  /** SIGKILL: a crash. What survives depends on `persist`. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port and data directory. */
+  start(): Promise<void>;
+  /** SIGSTOP: the server hangs, connections stay open and unanswered. */
+  pause(): void;
+  /** SIGCONT. */
+  resume(): void;
+  /** Kills it for good and deletes its directory. */
+  destroy(): Promise<void>;
+}
+
+/**
+ * A redis-server of the test's own that can be killed, paused and started
+ * again on the same port (startPrivateRedis cannot restart). With `persist`,
+ * every write is in the append-only file before it is acknowledged
+ * (`appendfsync always`), so a SIGKILL loses nothing that was answered;
+ * without it, a restart comes back empty.
+ */
+export async function startControlledRedis(options: { persist?: boolean } = {}): Promise<ControlledRedis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'idem-redis-ctl-'));
+  const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
+  let child: ChildProcess | undefined;
+
+  async function start() {
+    const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir, ...persistence], {
+      stdio: 'ignore',
+    });
+    child = proc;
+    for (let i = 0; ; i++) {
+      const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+      probe.on('error', () => {});
+      try {
+        await probe.connect();
+        // With an append-only file, the server answers LOADING until it has replayed it.
+        await probe.ping();
+        probe.disconnect();
+        return;
+      } catch (error) {
+        probe.disconnect();
+        if (i > 200 || proc.exitCode !== null) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+  }
+
+  function kill(): Promise<void> {
+    const proc = child;
+    child = undefined;
+    if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      proc.once('exit', () => resolve());
+      proc.kill('SIGCONT'); // a paused process would not die of SIGKILL any later, but stay clean
+      proc.kill('SIGKILL');
+    });
+  }
+
+  await start();
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    get process() {
+      return child;
+    },
+    kill,
+    start,
+    pause: () => void child?.kill('SIGSTOP'),
+    resume: () => void child?.kill('SIGCONT'),
+    async destroy() {
+      await kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
