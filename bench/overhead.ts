@@ -1,0 +1,67 @@
+/**
+ * The in-process cost of the middleware per call: the same mutation through a
+ * server-side caller, without idempotency and with it (memory store, getKey,
+ * a fresh key per call), measured with mitata, alternating A B A B.
+ * Prints one JSON line. Run by run.ts in a process of its own.
+ */
+import { initTRPC } from '@trpc/server';
+import { measure } from 'mitata';
+import { fingerprint, memoryStore, withIdempotency } from '../dist/index.js';
+import { parsePayInput, type PayInput } from './lib/app.js';
+
+interface Ctx {
+  key: string;
+}
+
+const t = initTRPC.context<Ctx>().create();
+const idempotent = withIdempotency(t.procedure, { store: memoryStore(), getKey: ({ ctx }) => ctx.key });
+const resolve = ({ input }: { input: PayInput }) => ({
+  id: 'pay_1234567',
+  amount: input.amount,
+  currency: input.currency,
+  status: 'succeeded',
+  created: 1_700_001_234_567,
+  description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
+});
+const router = t.router({
+  plain: t.procedure.input(parsePayInput).mutation(resolve),
+  idempotent: idempotent.input(parsePayInput).mutation(resolve),
+});
+
+// One context per caller, its key changed before every call: both callers pay for the key.
+const baseCtx: Ctx = { key: '' };
+const idemCtx: Ctx = { key: '' };
+const base = t.createCallerFactory(router)(baseCtx);
+const idem = t.createCallerFactory(router)(idemCtx);
+const input = { amount: 4200, currency: 'eur' };
+let n = 0;
+
+const rounds = Number(process.argv[2] ?? 4);
+const baseline: number[] = [];
+const withIdem: number[] = [];
+for (let round = 0; round < rounds; round++) {
+  const a = await measure(async () => {
+    baseCtx.key = `k${++n}`;
+    await base.plain(input);
+  }, { min_cpu_time: 300_000_000 });
+  const b = await measure(async () => {
+    idemCtx.key = `k${++n}`;
+    await idem.idempotent(input);
+  }, { min_cpu_time: 300_000_000 });
+  baseline.push(a.p50 / 1000);
+  withIdem.push(b.p50 / 1000);
+}
+
+// The part every first execution and replay pays for whatever the store: the canonical form and SHA-256 of the input.
+const fingerprintNs = (await measure(() => fingerprint('pay', input), { min_cpu_time: 300_000_000 })).p50;
+
+const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+process.stdout.write(
+  `${JSON.stringify({
+    baseline_us: median(baseline),
+    idempotent_us: median(withIdem),
+    overhead_us_per_call: median(withIdem) - median(baseline),
+    fingerprint_us: fingerprintNs / 1000,
+    rounds: baseline.map((b, i) => ({ baseline_us: b, idempotent_us: withIdem[i] })),
+  })}\n`,
+);

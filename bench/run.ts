@@ -1,0 +1,416 @@
+/**
+ * npm run bench: throughput and latency of one tRPC mutation without
+ * idempotency and with it (memory, Redis, PostgreSQL), beside its peers, in
+ * one run and alternating A B A B; then store cost, in-process overhead,
+ * growth with 1,000,000 records and purge time. Writes bench/results.json
+ * and bench/RESULTS.md and prints the table.
+ *
+ * Environment: BENCH_ROUNDS (3), BENCH_DURATION (seconds per run, 3),
+ * BENCH_RECORDS (1000000), BENCH_WAIT_QUIET=1 (wait for a 1-minute load
+ * average below 0.8 first, up to 20 minutes), DATABASE_URL.
+ */
+import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import type { LoadCommand, LoadResult } from './load.js';
+import { type BenchRedis, type BenchSchema, commandCalls, cpuMicros, createSchema, DATABASE_URL, delta, loadAverage, postgresCpuMicros, startRedis } from './lib/services.js';
+import { postgresCost, redisCost } from './lib/store-cost.js';
+import { renderMarkdown, renderTable } from './lib/report.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const DURATION = Number(process.env.BENCH_DURATION ?? 3);
+const WARMUP = 0.5;
+const CONNECTIONS = 32;
+const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
+const REPLAY_KEYS = 1_000;
+const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+const started = Date.now();
+const log = (message: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
+
+// ---------------------------------------------------------------- processes
+const cleanups: (() => Promise<unknown> | void)[] = [];
+async function cleanup() {
+  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
+}
+process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
+
+interface Server {
+  variant: string;
+  url: string;
+  pid: number;
+}
+
+function startServer(variant: string, env: Record<string, string>): Promise<Server> {
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', here('./server.ts'), variant], {
+    env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  cleanups.push(() => void child.kill('SIGTERM'));
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /\{"ready":(\d+)\}/.exec(out);
+      if (match) resolve({ variant, url: `http://127.0.0.1:${match[1]}`, pid: child.pid! });
+    });
+    child.once('exit', (code) => reject(new Error(`server ${variant} exited with ${code} before it was ready`)));
+  });
+}
+
+let loadWorker: ChildProcess;
+let commandId = 0;
+function load(command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> {
+  const id = ++commandId;
+  return new Promise((resolve, reject) => {
+    const onMessage = (message: { ok: boolean; result?: LoadResult; id?: number; error?: string }) => {
+      if ((message.result?.id ?? message.id) !== id) return;
+      loadWorker.off('message', onMessage);
+      if (message.ok) resolve(message.result!);
+      else reject(new Error(`load: ${message.error}`));
+    };
+    loadWorker.on('message', onMessage);
+    loadWorker.send({ ...command, id, connections: CONNECTIONS });
+  });
+}
+
+// ---------------------------------------------------------------- one measured run
+interface Run {
+  name: string;
+  round: number;
+  rps: number;
+  p50_ms: number;
+  p99_ms: number;
+  non2xx: number;
+  errors: number;
+  server_cpu_us_per_req: number;
+  redis_cpu_us_per_req: number;
+  /** All PostgreSQL server processes (the server is shared: other clients count too). */
+  postgres_cpu_us_per_req: number;
+  /** Redis commands per request, by name, during the measured window (the handler's INCR included). */
+  redis_calls_per_req: Record<string, number>;
+}
+
+async function measureRun(name: string, round: number, server: Server, keys: LoadCommand['keys'], redis: { admin: Redis; pid: number }): Promise<Run> {
+  if (keys.mode === 'replay') {
+    const primed = await load({ type: 'prime', url: server.url, keys });
+    if (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count)) {
+      throw new Error(`${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`);
+    }
+  }
+  await load({ type: 'run', url: server.url, duration: WARMUP, keys });
+  const callsBefore = await commandCalls(redis.admin);
+  const serverBefore = cpuMicros(server.pid);
+  const redisBefore = cpuMicros(redis.pid);
+  const postgresBefore = postgresCpuMicros();
+  const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
+  const serverCpu = cpuMicros(server.pid) - serverBefore;
+  const redisCpu = cpuMicros(redis.pid) - redisBefore;
+  const postgresCpu = postgresCpuMicros() - postgresBefore;
+  const calls = delta(callsBefore, await commandCalls(redis.admin));
+  delete calls.info;
+  const perReq = Object.fromEntries(Object.entries(calls).map(([cmd, n]) => [cmd, round2(n / result.total)]));
+  const run: Run = {
+    name,
+    round,
+    rps: result.rps,
+    p50_ms: result.p50_ms,
+    p99_ms: result.p99_ms,
+    non2xx: result.non2xx,
+    errors: result.errors,
+    server_cpu_us_per_req: serverCpu / result.total,
+    redis_cpu_us_per_req: redisCpu / result.total,
+    postgres_cpu_us_per_req: postgresCpu / result.total,
+    redis_calls_per_req: perReq,
+  };
+  log(`${name.padEnd(28)} ${run.rps.toFixed(0).padStart(6)} req/s  p50 ${run.p50_ms} ms  p99 ${run.p99_ms} ms  cpu ${run.server_cpu_us_per_req.toFixed(0)} µs/req${run.non2xx + run.errors > 0 ? `  NON-2XX ${run.non2xx} ERRORS ${run.errors}` : ''}`);
+  return run;
+}
+
+const round2 = (n: number) => Math.round(n * 100) / 100;
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+};
+
+// ---------------------------------------------------------------- quiet machine
+async function waitQuiet(): Promise<{ waited_s: number; quiet: boolean }> {
+  const start = Date.now();
+  for (;;) {
+    const [one] = loadAverage();
+    if (one < 0.8) return { waited_s: (Date.now() - start) / 1000, quiet: true };
+    if (Date.now() - start > 20 * 60_000) return { waited_s: (Date.now() - start) / 1000, quiet: false };
+    log(`waiting for a quiet machine: 1-minute load ${one}`);
+    await new Promise((resolve) => setTimeout(resolve, 15_000));
+  }
+}
+
+// ---------------------------------------------------------------- growth helpers
+/** Stores `count` completed records (the Redis store's layout, ~200-byte bodies) with a server-side script. */
+async function fillRedis(redis: Redis, count: number) {
+  const body = JSON.stringify({ result: 'x'.repeat(190) });
+  const script = `
+for i = ARGV[1], ARGV[2] do
+  local key = 'idem:{:pay:seed-' .. i .. '}'
+  redis.call('HSET', key, 's', 'c', 'f', 'cGF5bG9hZC1maW5nZXJwcmludC1zZWVkLXNoYTI1Ni1iYXNlNjR1cmw', 'b', ARGV[3])
+  redis.call('PEXPIRE', key, 86400000)
+end
+return 1`;
+  for (let from = 0; from < count; from += 50_000) {
+    await redis.eval(script, 0, String(from), String(Math.min(from + 50_000, count) - 1), body);
+  }
+}
+
+/** Inserts `count` rows in one statement: live (expiring tomorrow) or already expired. */
+async function fillPostgres(url: string, count: number, expired: boolean) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  await client.query(`
+    insert into idempotency_keys (id, state, fingerprint, token, body, expires_at, created_at)
+    select ':pay:seed-' || g, 'completed', 'cGF5bG9hZC1maW5nZXJwcmludC1zZWVkLXNoYTI1Ni1iYXNlNjR1cmw', null, repeat('x', 200),
+           now() ${expired ? "- interval '1 hour' + g * interval '1 microsecond'" : "+ interval '1 day'"}, now()
+      from generate_series(1, $1::int) g`, [count]);
+  await client.query('vacuum analyze idempotency_keys');
+  await client.end();
+}
+
+// ---------------------------------------------------------------- main
+async function main() {
+  const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
+  const loadBefore = loadAverage();
+  log(`load average before: ${loadBefore.join(' ')}; ${ROUNDS} rounds of ${DURATION} s runs, ${CONNECTIONS} connections`);
+
+  const redisMain = await startRedis();
+  const redisEmpty = await startRedis();
+  const redisFull = await startRedis();
+  for (const r of [redisMain, redisEmpty, redisFull]) cleanups.push(() => r.stop());
+  const schemas: Record<string, BenchSchema> = {};
+  for (const label of ['main', 'empty', 'full', 'purge', 'cost']) {
+    schemas[label] = await createSchema(label);
+    cleanups.push(() => schemas[label]!.drop());
+  }
+  const admins = new Map<BenchRedis, Redis>();
+  for (const r of [redisMain, redisEmpty, redisFull]) {
+    const admin = new Redis(r.url);
+    admins.set(r, admin);
+    cleanups.push(() => admin.disconnect());
+  }
+
+  // Store cost first, on a quiet Redis.
+  log('store cost: Redis commands, PostgreSQL statements, bytes per record');
+  const redisOps = await redisCost(redisEmpty.url);
+  const pgOps = await postgresCost(schemas.cost!.url);
+  await admins.get(redisEmpty)!.flushall();
+  await admins.get(redisEmpty)!.config('RESETSTAT');
+
+  log('starting the servers');
+  const env = { REDIS_URL: redisMain.url, PG_URL: schemas.main!.url };
+  const variants = ['baseline', 'round-trips', 'no-io', 'memory', 'redis', 'postgres', 'node-idempotency', 'powertools', 'express-baseline', 'express-idempotency'];
+  const servers: Record<string, Server> = {};
+  for (const variant of variants) servers[variant] = await startServer(variant, env);
+  const growth = {
+    'redis-empty': await startServer('redis', { REDIS_URL: redisEmpty.url }),
+    'redis-full': await startServer('redis', { REDIS_URL: redisFull.url }),
+    'postgres-empty': await startServer('postgres', { REDIS_URL: redisEmpty.url, PG_URL: schemas.empty!.url }),
+    'postgres-full': await startServer('postgres', { REDIS_URL: redisFull.url, PG_URL: schemas.full!.url }),
+  };
+  loadWorker = fork(here('./load.ts'), [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  cleanups.push(() => void loadWorker.kill());
+
+  // A B A B: every variant runs right after its baseline, and the baseline runs again after it.
+  const main = { admin: admins.get(redisMain)!, pid: redisMain.pid };
+  // Two references without idempotency: round-trips, the baseline handler plus two more
+  // Redis round trips, the floor of any Redis store that needs two (claim, completion);
+  // no-io, the same result made without any I/O, as a replay from the memory store is.
+  const plan: { name: string; server: string; baseline: string; keys: 'fresh' | 'replay' }[] = [
+    { name: 'floor-2-redis-round-trips', server: 'round-trips', baseline: 'baseline', keys: 'fresh' },
+    { name: 'floor-no-io-handler', server: 'no-io', baseline: 'baseline', keys: 'fresh' },
+  ];
+  for (const [name, server, baseline] of [
+    ['memory', 'memory', 'baseline'],
+    ['redis', 'redis', 'baseline'],
+    ['postgres', 'postgres', 'baseline'],
+    ['node-idempotency', 'node-idempotency', 'baseline'],
+    ['powertools', 'powertools', 'baseline'],
+    ['express-idempotency', 'express-idempotency', 'express-baseline'],
+  ] as const) {
+    plan.push({ name: `${name}-first`, server, baseline, keys: 'fresh' });
+    plan.push({ name: `${name}-replay`, server, baseline, keys: 'replay' });
+  }
+
+  const runs: Run[] = [];
+  const pairs: { name: string; round: number; variant: Run; before: Run; after: Run }[] = [];
+  const baselineRun = async (baseline: string, round: number) => {
+    const run = await measureRun(baseline, round, servers[baseline]!, { mode: 'fresh' }, main);
+    runs.push(run);
+    return run;
+  };
+  for (let round = 1; round <= ROUNDS; round++) {
+    log(`round ${round} of ${ROUNDS}`);
+    let before: Run | undefined;
+    for (const step of plan) {
+      if (before?.name !== step.baseline) before = await baselineRun(step.baseline, round);
+      const keys: LoadCommand['keys'] = step.keys === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${step.name}-r${round}`, count: REPLAY_KEYS };
+      const variant = await measureRun(step.name, round, servers[step.server]!, keys, main);
+      runs.push(variant);
+      const after = await baselineRun(step.baseline, round);
+      pairs.push({ name: step.name, round, variant, before, after });
+      before = after;
+    }
+  }
+
+  // Growth: 1,000,000 live records against an empty store, alternating.
+  log(`growth: storing ${RECORDS} live records in Redis and in PostgreSQL`);
+  await fillRedis(admins.get(redisFull)!, RECORDS);
+  const redisFullKeys = await admins.get(redisFull)!.dbsize();
+  await fillPostgres(schemas.full!.url, RECORDS, false);
+  const growthRuns: Record<string, Run[]> = { 'redis-empty': [], 'redis-full': [], 'postgres-empty': [], 'postgres-full': [] };
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const store of ['redis', 'postgres'] as const) {
+      for (const state of ['empty', 'full'] as const) {
+        const name = `${store}-${state}` as const;
+        const redis = state === 'empty' ? redisEmpty : redisFull; // the server's INCR (and Redis store) goes there
+        growthRuns[name]!.push(await measureRun(`${name} (growth)`, round, growth[name], { mode: 'fresh' }, { admin: admins.get(redis)!, pid: redis.pid }));
+      }
+    }
+  }
+
+  log(`purge: ${RECORDS} expired rows, purgeExpired() in batches of 1,000`);
+  await fillPostgres(schemas.purge!.url, RECORDS, true);
+  const purge = execJson(['--import', 'tsx', here('./purge.ts'), schemas.purge!.url]) as { deleted: number; seconds: number; batch_size: number };
+
+  log('in-process overhead per call (mitata, memory store)');
+  const overhead = execJson(['--import', 'tsx', here('./overhead.ts'), '4']) as { baseline_us: number; idempotent_us: number; overhead_us_per_call: number; fingerprint_us: number };
+
+  const peerBytes = await peerRecordBytes(admins.get(redisMain)!);
+  const loadAfter = loadAverage();
+  await cleanup();
+
+  // ------------------------------------------------------------ results
+  const rows = plan.map((step) => {
+    const mine = pairs.filter((p) => p.name === step.name);
+    const ratios = mine.map((p) => p.variant.rps / ((p.before.rps + p.after.rps) / 2));
+    const baselines = mine.map((p) => (p.before.rps + p.after.rps) / 2);
+    const base = mine.flatMap((p) => [p.before, p.after]);
+    return {
+      name: step.name,
+      baseline: step.baseline,
+      baseline_rps: Math.round(median(baselines)),
+      rps: Math.round(median(mine.map((p) => p.variant.rps))),
+      ratio: round3(median(ratios)),
+      p50_ms: median(mine.map((p) => p.variant.p50_ms)),
+      p99_ms: median(mine.map((p) => p.variant.p99_ms)),
+      baseline_p50_ms: median(base.map((r) => r.p50_ms)),
+      baseline_p99_ms: median(base.map((r) => r.p99_ms)),
+      ratios: ratios.map(round3),
+      server_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.server_cpu_us_per_req))),
+      baseline_server_cpu_us_per_req: Math.round(median(base.map((r) => r.server_cpu_us_per_req))),
+      redis_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.redis_cpu_us_per_req))),
+      postgres_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.postgres_cpu_us_per_req))),
+      redis_calls_per_req: mine.at(-1)!.variant.redis_calls_per_req,
+      non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
+    };
+  });
+  const growthOf = (store: 'redis' | 'postgres') => {
+    const empty = growthRuns[`${store}-empty`]!;
+    const full = growthRuns[`${store}-full`]!;
+    return {
+      records: RECORDS,
+      empty_rps: Math.round(median(empty.map((r) => r.rps))),
+      full_rps: Math.round(median(full.map((r) => r.rps))),
+      ratio: round3(median(full.map((r, i) => r.rps / empty[i]!.rps))),
+      empty_p99_ms: median(empty.map((r) => r.p99_ms)),
+      full_p99_ms: median(full.map((r) => r.p99_ms)),
+    };
+  };
+  const results = {
+    machine: machine(),
+    date: new Date().toISOString(),
+    settings: { rounds: ROUNDS, duration_s: DURATION, warmup_s: WARMUP, connections: CONNECTIONS, replay_keys: REPLAY_KEYS, servers: 'built dist/ (npm run build), node --import tsx bench/server.ts', load: 'autocannon 9 in a separate process, loopback' },
+    load_average: { before: loadBefore, after: loadAfter, ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }) },
+    rows,
+    store_ops: {
+      redis_first: redisOps.first,
+      redis_replay: redisOps.replay,
+      redis_reject: redisOps.reject,
+      pg_first: pgOps.first,
+      pg_replay: pgOps.replay,
+      pg_reject: pgOps.reject,
+      redis_in_scripts: { first: redisOps.first_in_scripts, replay: redisOps.replay_in_scripts, reject: redisOps.reject_in_scripts },
+    },
+    redis_bytes_per_record: redisOps.memory_usage_bytes,
+    redis_used_memory_per_record: redisOps.used_memory_bytes_per_record,
+    record_body_bytes: redisOps.body_bytes,
+    peer_redis_bytes_per_record: peerBytes,
+    overhead_us_per_call: round2(overhead.overhead_us_per_call),
+    overhead: overhead,
+    growth: { redis: { ...growthOf('redis'), keys_in_redis: redisFullKeys }, postgres: growthOf('postgres') },
+    purge: { rows: RECORDS, deleted: purge.deleted, seconds: round2(purge.seconds), batch_size: purge.batch_size, rows_per_second: Math.round(purge.deleted / purge.seconds) },
+    runs,
+    duration_s: Math.round((Date.now() - started) / 1000),
+  };
+  writeFileSync(here('./results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(here('./RESULTS.md'), renderMarkdown(results));
+  process.stdout.write(`\n${renderTable(results)}\n`);
+  log(`done in ${results.duration_s} s: bench/results.json, bench/RESULTS.md`);
+}
+
+const round3 = (n: number) => Math.round(n * 1000) / 1000;
+
+function execJson(args: string[]): unknown {
+  const out = execFileSync(process.execPath, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  return JSON.parse(out.trim().split('\n').at(-1)!);
+}
+
+/** MEMORY USAGE of the records each layer left in Redis, averaged over a sample (~200-byte results). */
+async function peerRecordBytes(redis: Redis): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const [name, pattern] of [
+    ['trpc-idempotency', 'idem:*'],
+    ['node-idempotency', 'node-idempotency:*'],
+    ['powertools', 'pay#*'],
+    ['express-idempotency', '????????-????-????-????-????????????'],
+  ] as const) {
+    const [, keys] = await redis.scan('0', 'MATCH', pattern, 'COUNT', 5_000);
+    const sample = keys.slice(0, 200);
+    let total = 0;
+    let n = 0;
+    for (const key of sample) {
+      const type = await redis.type(key);
+      if (name === 'trpc-idempotency' && (await redis.hget(key, 's')) !== 'c') continue;
+      if (type === 'none') continue;
+      total += Number(await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0'));
+      n++;
+    }
+    if (n > 0) out[name] = Math.round(total / n);
+  }
+  return out;
+}
+
+function machine() {
+  const version = (cmd: string, args: string[]) => {
+    try {
+      return execFileSync(cmd, args, { encoding: 'utf8' }).trim();
+    } catch {
+      return 'unknown';
+    }
+  };
+  return {
+    cpu: cpus()[0]?.model ?? 'unknown',
+    cores: cpus().length,
+    memory_gib: Math.round(totalmem() / 2 ** 30),
+    os: version('uname', ['-sr']),
+    node: process.version,
+    redis: version('redis-server', ['--version']).replace(/^.*v=(\S+).*$/, '$1'),
+    postgresql: version('psql', [DATABASE_URL, '-Atc', 'show server_version']),
+  };
+}
+
+main().catch(async (error: unknown) => {
+  console.error(error);
+  await cleanup();
+  process.exit(1);
+});

@@ -1,0 +1,188 @@
+/**
+ * One HTTP server under load: `node --import tsx bench/server.ts <variant>`.
+ * Environment: PORT, REDIS_URL (the handler's INCR, and the Redis stores),
+ * PG_URL (the PostgreSQL store). Prints one JSON line `{"ready":port}`.
+ *
+ * tRPC variants share one router shape and the same `pay` mutation; the
+ * library is loaded from the built `dist/` (run `npm run build` first), or
+ * from the build directory named by BENCH_LIB, to compare two builds.
+ * Express variants answer the same request with the same JSON envelope.
+ */
+import { createRequire } from 'node:module';
+import { resolve as resolvePath } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { AddressInfo } from 'node:net';
+import { initTRPC, TRPCError } from '@trpc/server';
+import { createHTTPServer } from '@trpc/server/adapters/standalone';
+import { middlewareMarker } from '@trpc/server/unstable-core-do-not-import';
+import type { IncomingMessage, ServerResponse, Server } from 'node:http';
+import { Redis } from 'ioredis';
+import { pay, parsePayInput, type PayInput } from './lib/app.js';
+
+const require = createRequire(import.meta.url);
+const variant = process.argv[2] ?? 'baseline';
+const port = Number(process.env.PORT ?? 0);
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+// BENCH_AUTO_PIPELINING=1: the application's ioredis client batches the commands issued in one tick
+// into one write (ioredis's enableAutoPipelining; node-redis, which @node-idempotency uses, always does).
+const redis = new Redis(redisUrl, { enableAutoPipelining: process.env.BENCH_AUTO_PIPELINING === '1' });
+// Another build of the library (a directory holding index.js, redis.js, drizzle.js), to compare two builds.
+const lib = process.env.BENCH_LIB === undefined ? new URL('../dist/', import.meta.url) : pathToFileURL(`${resolvePath(process.env.BENCH_LIB)}/`);
+const libModule = (name: string) => import(new URL(name, lib).href);
+
+interface Ctx {
+  req: IncomingMessage;
+  res: ServerResponse;
+}
+
+async function trpcServer(): Promise<Server> {
+  const t = initTRPC.context<Ctx>().create();
+  let procedure = t.procedure;
+
+  if (variant === 'memory' || variant === 'redis' || variant === 'postgres') {
+    const { withIdempotency, memoryStore } = (await libModule('index.js')) as typeof import('../dist/index.js');
+    let store;
+    if (variant === 'memory') {
+      store = memoryStore(process.env.BENCH_MAX_ENTRIES ? { maxEntries: Number(process.env.BENCH_MAX_ENTRIES) } : {});
+    } else if (variant === 'redis') {
+      const { redisStore } = (await libModule('redis.js')) as typeof import('../dist/redis.js');
+      store = redisStore({ client: redis });
+    } else {
+      const { drizzleStore } = (await libModule('drizzle.js')) as typeof import('../dist/drizzle.js');
+      const { drizzle } = await import('drizzle-orm/node-postgres');
+      const { default: pg } = await import('pg');
+      const pool = new pg.Pool({ connectionString: process.env.PG_URL, max: 10 });
+      store = drizzleStore({ db: drizzle(pool) });
+    }
+    procedure = withIdempotency(t.procedure, { store });
+  }
+
+  if (variant === 'node-idempotency') {
+    // @node-idempotency/core driven from a tRPC middleware, as its NestJS
+    // interceptor drives it: onRequest before the handler, onResponse (awaited) after.
+    const { Idempotency, IdempotencyError, IdempotencyErrorCodes } = require('@node-idempotency/core');
+    const { RedisStorageAdapter } = require('@node-idempotency/storage-adapter-redis');
+    const storage = new RedisStorageAdapter({ url: redisUrl });
+    await storage.connect();
+    const idempotency = new Idempotency(storage, { enforceIdempotency: true });
+    procedure = t.procedure.use(async (opts) => {
+      const { ctx, path } = opts;
+      // The raw body, as its HTTP integrations fingerprint it (this middleware runs before the input parser).
+      const request = { headers: ctx.req.headers, body: (await opts.getRawInput()) as Record<string, unknown>, path, method: 'POST' };
+      let cached: { body?: unknown } | undefined;
+      try {
+        cached = await idempotency.onRequest(request);
+      } catch (error) {
+        if (error instanceof IdempotencyError) {
+          const code = (error as { code?: string }).code;
+          throw new TRPCError({
+            code: code === IdempotencyErrorCodes.REQUEST_IN_PROGRESS ? 'CONFLICT' : code === IdempotencyErrorCodes.IDEMPOTENCY_FINGERPRINT_MISSMATCH ? 'UNPROCESSABLE_CONTENT' : 'BAD_REQUEST',
+            message: (error as Error).message,
+          });
+        }
+        throw error;
+      }
+      if (cached !== undefined) {
+        ctx.res.setHeader('Idempotent-Replayed', 'true');
+        return { marker: middlewareMarker, ok: true as const, data: cached.body };
+      }
+      const result = await opts.next();
+      if (result.ok) await idempotency.onResponse(request, { body: result.data, additional: { statusCode: 200 } });
+      return result;
+    }) as unknown as typeof procedure;
+  }
+
+  let resolve = (redisClient: Redis, input: PayInput, _ctx: Ctx): Promise<unknown> => pay(redisClient, input);
+  if (variant === 'no-io') {
+    // The same result without the INCR: a response made without any I/O, as a replay from
+    // the memory store is. Node then writes it in one writev (see bench/RESULTS.md).
+    let n = 0;
+    resolve = async (_client, input) => ({
+      id: `pay_${++n}`,
+      amount: input.amount,
+      currency: input.currency,
+      status: 'succeeded',
+      created: 1_700_000_000_000 + n,
+      description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
+    });
+  }
+  if (variant === 'round-trips') {
+    // The floor of a Redis store: the baseline plus two more round trips (as many as
+    // a first execution's claim and completion), with no idempotency logic at all.
+    resolve = async (redisClient, input) => {
+      await redisClient.exists('bench:claim');
+      const result = await pay(redisClient, input);
+      await redisClient.exists('bench:complete');
+      return result;
+    };
+  }
+  if (variant === 'powertools') {
+    // Powertools idempotency with its Redis cache layer (@redis/client), the
+    // key taken from the Idempotency-Key header. Without payload validation:
+    // with `payloadValidationJmesPath` set, 2.35.0's cache layer stores the
+    // completed record without the payload hash, so every replay fails with
+    // IdempotencyValidationError (see bench/RESULTS.md).
+    const { makeIdempotent, IdempotencyConfig } = await import('@aws-lambda-powertools/idempotency');
+    const { CachePersistenceLayer } = await import('@aws-lambda-powertools/idempotency/cache');
+    const { createClient } = await import('@redis/client');
+    const client = await createClient({ url: redisUrl }).connect();
+    const persistenceStore = new CachePersistenceLayer({ client: client as never });
+    const config = new IdempotencyConfig({ eventKeyJmesPath: 'key', throwOnNoIdempotencyKey: true });
+    // Outside Lambda there is no remaining time: a context that always has 30 s gives in-progress
+    // records an expiry (as lockTtl does for ours) and spares a console.warn per request.
+    config.registerLambdaContext({ getRemainingTimeInMillis: () => 30_000 } as never);
+    const idempotentPay = makeIdempotent(async (event: { key: string; input: PayInput }) => pay(redis, event.input), {
+      persistenceStore,
+      config,
+      keyPrefix: 'pay',
+    });
+    resolve = (_client, input, ctx) => idempotentPay({ key: String(ctx.req.headers['idempotency-key']), input });
+  }
+
+  const router = t.router({
+    pay: procedure.input(parsePayInput).mutation(({ input, ctx }) => resolve(redis, input, ctx)),
+  });
+  return createHTTPServer({ router, createContext: ({ req, res }) => ({ req, res }) });
+}
+
+async function expressServer(): Promise<Server> {
+  const express = require('express');
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+  const handlers: unknown[] = [express.json()];
+  let isHit = (_req: unknown) => false;
+  if (variant === 'express-idempotency') {
+    // express-idempotency with express-idempotency-redis-adapter, as their READMEs wire them.
+    const { idempotency, getSharedIdempotencyService } = require('express-idempotency');
+    const RedisAdapter = require('express-idempotency-redis-adapter').default;
+    const adapter = new RedisAdapter({ connectionConfig: { url: redisUrl } });
+    await adapter.connect();
+    handlers.push(idempotency({ dataAdapter: adapter }));
+    isHit = (req) => getSharedIdempotencyService().isHit(req);
+  }
+  app.post('/pay', ...handlers, async (req: { body: unknown }, res: { json(body: unknown): void; status(code: number): { json(body: unknown): void } }) => {
+    if (isHit(req)) return; // the middleware already sent the stored response
+    let input: PayInput;
+    try {
+      input = parsePayInput(req.body);
+    } catch (error) {
+      return res.status(400).json({ error: { message: (error as Error).message } });
+    }
+    res.json({ result: { data: await pay(redis, input) } });
+  });
+  const { createServer } = await import('node:http');
+  return createServer(app);
+}
+
+const server = variant.startsWith('express') ? await expressServer() : await trpcServer();
+server.keepAliveTimeout = 60_000;
+server.listen(port, '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ ready: (server.address() as AddressInfo).port })}\n`);
+});
+process.on('SIGTERM', () => {
+  server.closeAllConnections();
+  server.close();
+  redis.disconnect();
+  process.exit(0);
+});
