@@ -2,8 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { freePort } from './redis-server.js';
+import { freePort, waitForRedis } from './redis-server.js';
 
 export interface ControlledRedis {
   port: number;
@@ -40,21 +39,7 @@ export async function startControlledRedis(options: { persist?: boolean } = {}):
       stdio: 'ignore',
     });
     child = proc;
-    for (let i = 0; ; i++) {
-      const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-      probe.on('error', () => {});
-      try {
-        await probe.connect();
-        // With an append-only file, the server answers LOADING until it has replayed it.
-        await probe.ping();
-        probe.disconnect();
-        return;
-      } catch (error) {
-        probe.disconnect();
-        if (i > 200 || proc.exitCode !== null) throw error;
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    }
+    await waitForRedis(port, proc);
   }
 
   function kill(): Promise<void> {

@@ -30,20 +30,7 @@ async function startPrivateRedisOn(port: number, extraArgs: string[]): Promise<P
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs], {
     stdio: 'ignore',
   });
-  for (let i = 0; ; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      break;
-    } catch (error) {
-      probe.disconnect();
-      if (i > 100) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
+  await waitForRedis(port, child);
   return {
     port,
     process: child,
@@ -56,6 +43,27 @@ async function startPrivateRedisOn(port: number, extraArgs: string[]): Promise<P
         child.kill('SIGKILL');
       }),
   };
+}
+
+/**
+ * Resolves once the redis-server on `port` answers PING (with an append-only
+ * file it answers LOADING until it has replayed it); throws if `child` exits first.
+ */
+export async function waitForRedis(port: number, child?: ChildProcess): Promise<void> {
+  for (let i = 0; ; i++) {
+    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+    probe.on('error', () => {});
+    try {
+      await probe.connect();
+      await probe.ping();
+      probe.disconnect();
+      return;
+    } catch (error) {
+      probe.disconnect();
+      if (i > 200 || (child !== undefined && child.exitCode !== null)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
 }
 
 /** `INFO commandstats` as { command: calls }. */
