@@ -3,29 +3,20 @@
  * INFO commandstats counts nothing but the bench) and PostgreSQL schemas of
  * its own on the local server, migrated with the package's migrations.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
-import { Redis } from 'ioredis';
 import pg from 'pg';
+import { type PrivateRedis, startPrivateRedis } from '../../test/helpers/redis-server.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const MIGRATIONS = fileURLToPath(new URL('../../drizzle', import.meta.url));
 const MIGRATIONS_TABLE = '__trpc_idempotency_migrations';
 
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+// The same private redis-server and command counts as the tests use.
+export { commandCalls, delta, freePort } from '../../test/helpers/redis-server.js';
 
 export interface BenchRedis {
   port: number;
@@ -36,58 +27,13 @@ export interface BenchRedis {
 
 /** A redis-server of the bench's own: no persistence, loopback only. */
 export async function startRedis(): Promise<BenchRedis> {
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'idem-bench-redis-'));
-  const child: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-    { stdio: 'ignore' },
-  );
-  for (let i = 0; ; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      break;
-    } catch (error) {
-      probe.disconnect();
-      if (i > 100) throw new Error(`redis-server did not start on port ${port} (is redis-server installed?)`, { cause: error });
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+  let redis: PrivateRedis;
+  try {
+    redis = await startPrivateRedis();
+  } catch (error) {
+    throw new Error('redis-server did not start (is redis-server installed?)', { cause: error });
   }
-  return {
-    port,
-    url: `redis://127.0.0.1:${port}`,
-    pid: child.pid!,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once('exit', () => {
-          rmSync(dir, { recursive: true, force: true });
-          resolve();
-        });
-        child.kill('SIGKILL');
-      }),
-  };
-}
-
-/** `INFO commandstats` as { command: calls }. */
-export async function commandCalls(redis: Redis): Promise<Record<string, number>> {
-  const info = await redis.info('commandstats');
-  const calls: Record<string, number> = {};
-  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls[match[1]!] = Number(match[2]);
-  return calls;
-}
-
-export function delta(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const [cmd, n] of Object.entries(after)) {
-    const d = n - (before[cmd] ?? 0);
-    if (d > 0) out[cmd] = d;
-  }
-  return out;
+  return { port: redis.port, url: `redis://127.0.0.1:${redis.port}`, pid: redis.process.pid!, stop: redis.stop };
 }
 
 export interface BenchSchema {

@@ -1,4 +1,4 @@
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import { startPipe } from './proxy.js';
 
 export interface DropProxy {
   /** `http://127.0.0.1:<port>`: point the client here. */
@@ -22,12 +22,8 @@ export async function startDropProxy(options: { targetUrl: string; drop?: number
   const target = new URL(options.targetUrl);
   let toDrop = options.drop ?? 1;
   let dropped = 0;
-  const sockets = new Set<Socket>();
-  const server = createServer((client) => {
-    const upstream = connect(Number(target.port), target.hostname);
-    sockets.add(client).add(upstream);
-    client.on('data', (chunk) => upstream.write(chunk));
-    upstream.on('data', (chunk) => {
+  const pipe = await startPipe({ port: Number(target.port), host: target.hostname }, (client, upstream) => ({
+    fromServer(chunk) {
       if (toDrop > 0) {
         toDrop--;
         dropped++;
@@ -36,28 +32,16 @@ export async function startDropProxy(options: { targetUrl: string; drop?: number
         return;
       }
       client.write(chunk);
-    });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on('close', end).on('error', end);
-    upstream.on('close', end).on('error', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    },
+  }));
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: `http://127.0.0.1:${pipe.port}`,
     get dropped() {
       return dropped;
     },
     dropNext(count) {
       toDrop += count;
     },
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
+    close: pipe.close,
   };
 }

@@ -1,4 +1,4 @@
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import { startPipe } from './proxy.js';
 
 export type TriggerMode =
   /** The matching request never reaches the server. */
@@ -23,58 +23,42 @@ export interface TriggerProxy {
  * server sees it or after it has answered it. Everything else passes through.
  */
 export async function startTriggerProxy(targetPort: number): Promise<TriggerProxy> {
-  const sockets = new Set<Socket>();
   let armed: { pattern: Buffer; mode: TriggerMode; fire: () => void } | undefined;
 
-  const cutAll = () => {
-    for (const s of sockets) s.destroy();
-    sockets.clear();
-  };
-
-  const server = createServer((client) => {
-    const upstream = connect(targetPort, '127.0.0.1');
-    sockets.add(client).add(upstream);
+  const pipe = await startPipe({ port: targetPort }, (client, upstream) => {
     let awaitingReply: (() => void) | undefined;
     let tail = Buffer.alloc(0); // the pattern may straddle two chunks
-
-    client.on('data', (chunk) => {
-      const seen = Buffer.concat([tail, chunk]);
-      tail = seen.subarray(Math.max(0, seen.length - 64));
-      const trigger = armed;
-      if (trigger !== undefined && seen.includes(trigger.pattern)) {
-        armed = undefined;
-        if (trigger.mode === 'before-forward') {
+    return {
+      fromClient(chunk) {
+        const seen = Buffer.concat([tail, chunk]);
+        tail = seen.subarray(Math.max(0, seen.length - 64));
+        const trigger = armed;
+        if (trigger !== undefined && seen.includes(trigger.pattern)) {
+          armed = undefined;
+          if (trigger.mode === 'before-forward') {
+            client.pause();
+            trigger.fire();
+            return;
+          }
+          awaitingReply = trigger.fire;
+        }
+        upstream.write(chunk);
+      },
+      fromServer(chunk) {
+        if (awaitingReply !== undefined) {
+          const fire = awaitingReply;
+          awaitingReply = undefined;
           client.pause();
-          trigger.fire();
+          fire();
           return;
         }
-        awaitingReply = trigger.fire;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on('data', (chunk) => {
-      if (awaitingReply !== undefined) {
-        const fire = awaitingReply;
-        awaitingReply = undefined;
-        client.pause();
-        fire();
-        return;
-      }
-      client.write(chunk);
-    });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
+        client.write(chunk);
+      },
     };
-    client.on('close', end).on('error', end);
-    upstream.on('close', end).on('error', end);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 
   return {
-    port: (server.address() as AddressInfo).port,
+    port: pipe.port,
     arm(pattern, mode, onTrigger) {
       return new Promise<void>((resolve, reject) => {
         armed = {
@@ -82,7 +66,7 @@ export async function startTriggerProxy(targetPort: number): Promise<TriggerProx
           mode,
           fire: () => {
             onTrigger().then(() => {
-              cutAll();
+              pipe.cutAll();
               resolve();
             }, reject);
           },
@@ -91,8 +75,7 @@ export async function startTriggerProxy(targetPort: number): Promise<TriggerProx
     },
     close: async () => {
       armed = undefined;
-      cutAll();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await pipe.close();
     },
   };
 }
