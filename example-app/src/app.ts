@@ -3,7 +3,7 @@
  */
 import { initTRPC, TRPCError } from '@trpc/server';
 import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
-import { desc, eq } from 'drizzle-orm';
+import { and, desc, eq, sql } from 'drizzle-orm';
 import { Redis } from 'ioredis';
 import {
   type IdempotencyEvent,
@@ -13,7 +13,7 @@ import {
   memoryStore,
   withIdempotency,
 } from 'trpc-idempotency';
-import { drizzleStore } from 'trpc-idempotency/drizzle';
+import { drizzleStore, type TransactionOf } from 'trpc-idempotency/drizzle';
 import { openTelemetry } from 'trpc-idempotency/otel';
 import { redisStore } from 'trpc-idempotency/redis';
 import { z } from 'zod';
@@ -73,6 +73,10 @@ export async function createApp(options: AppOptions) {
   // With the PostgreSQL store the ledger row and the stored response commit together.
   const transaction = postgres !== undefined;
   const ledger = () => (postgres !== undefined ? postgres.transactionOf() : db);
+  // A transaction for a check and the write it guards: the call's own with the PostgreSQL
+  // store (transactional mode), a new one on the database with the others.
+  const inTransaction = <T>(fn: (tx: TransactionOf<Db>) => Promise<T>): Promise<T> =>
+    postgres !== undefined ? fn(postgres.transactionOf()) : db.transaction(fn);
 
   const appRouter = t.router({
     payments: t.router({
@@ -99,21 +103,37 @@ export async function createApp(options: AppOptions) {
       refund: idempotentProcedure
         .meta({ idempotency: { ttl: 7 * 24 * 3_600_000, inFlight: 'wait', waitTimeout: 15_000, transaction } })
         .input(z.object({ chargeId: z.number().int(), amount: z.number().int().positive() }))
-        .mutation(async ({ input, ctx }) => {
-          const [charge] = await db.select().from(charges).where(eq(charges.id, input.chargeId));
-          if (charge === undefined || charge.userId !== ctx.userId) {
-            throw new TRPCError({ code: 'NOT_FOUND', message: `No charge ${input.chargeId} for you.` });
-          }
-          if (input.amount > charge.amount) {
-            throw new TRPCError({ code: 'BAD_REQUEST', message: `A refund cannot exceed the charge (${charge.amount}).` });
-          }
-          await new Promise((resolve) => setTimeout(resolve, chargeDelayMs));
-          const [refund] = await ledger()
-            .insert(refunds)
-            .values({ chargeId: charge.id, amount: input.amount, instance: instanceId })
-            .returning();
-          return refund!;
-        }),
+        .mutation(({ input, ctx }) =>
+          inTransaction(async (tx) => {
+            // Lock the charge: concurrent refunds of it (other keys, other instances) take turns
+            // from here to the commit, so each one sees the refunds before it.
+            const [charge] = await tx
+              .select()
+              .from(charges)
+              .where(and(eq(charges.id, input.chargeId), eq(charges.userId, ctx.userId)))
+              .for('update');
+            if (charge === undefined) {
+              throw new TRPCError({ code: 'NOT_FOUND', message: `No charge ${input.chargeId} for you.` });
+            }
+            const [earlier] = await tx
+              .select({ sum: sql<number>`coalesce(sum(${refunds.amount}), 0)::int`.mapWith(Number) })
+              .from(refunds)
+              .where(eq(refunds.chargeId, charge.id));
+            const left = charge.amount - earlier!.sum;
+            if (input.amount > left) {
+              throw new TRPCError({
+                code: 'BAD_REQUEST',
+                message: `Cannot refund ${input.amount}: only ${left} of the ${charge.amount} charged is left to refund.`,
+              });
+            }
+            await new Promise((resolve) => setTimeout(resolve, chargeDelayMs)); // the card network
+            const [refund] = await tx
+              .insert(refunds)
+              .values({ chargeId: charge.id, amount: input.amount, instance: instanceId })
+              .returning();
+            return refund!;
+          }),
+        ),
 
       list: t.procedure.query(({ ctx }) =>
         db.select().from(charges).where(eq(charges.userId, ctx.userId)).orderBy(desc(charges.id)).limit(100),
