@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
+import { migrateIdempotencyKeys } from '../../src/drizzle.js';
 import { MIGRATIONS, MIGRATIONS_TABLE } from './postgres.js';
 import { freePort } from './redis-server.js';
 
@@ -60,7 +60,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     await start();
     running = true;
     const pool = new pg.Pool({ connectionString: url, max: 1 });
-    await migrate(drizzle(pool), { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
+    await migrateIdempotencyKeys(drizzle(pool), { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
     await pool.end();
   } catch (error) {
     if (running) await stop('immediate').catch(() => {});
