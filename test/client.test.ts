@@ -239,6 +239,21 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
     expect(generated.chargeId).not.toBe(held.chargeId);
   });
 
+  it('sends a key with a comma or a leading quote as a quoted string, which the server reads back as the same key', async () => {
+    const server = await serve();
+    const { trpc } = createIdempotentClient(server, { transport: 'batch' });
+    const id = randomUUID();
+    const keys = [`order-7,line-2:${id}`, `"quoted\\${id}`];
+    const first = await Promise.all(keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })));
+    const headers = keyHeaders(server.requests[0]!);
+    expect(headers['idempotency-key-0']).toBe(`"${keys[0]}"`);
+    expect(headers['idempotency-key-1']).toBe(`"\\"quoted\\\\${id}"`);
+    // the same keys again: replayed, so the server stored them under the keys themselves
+    const again = await Promise.all(keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })));
+    expect(again).toEqual(first);
+    expect(server.runs('pay')).toHaveLength(2);
+  });
+
   it('gives each mutation its own key and never changes the context object the caller shares between calls', async () => {
     const server = await serve();
     const { trpc } = createIdempotentClient(server);
@@ -325,8 +340,10 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
     release.open();
     await first;
 
-    // the procedure ran, nothing was stored: a retry would run it again
-    const tooLarge = await rejectionOf(trpc.report.mutate({ size: 1_000 }));
+    // the procedure ran and its result was too large to store: the caller has it, a retry is refused and not retried
+    const reportKey = randomUUID();
+    await trpc.report.mutate({ size: 1_000 }, { context: { idempotencyKey: reportKey } });
+    const tooLarge = await rejectionOf(trpc.report.mutate({ size: 1_000 }, { context: { idempotencyKey: reportKey } }));
     expect(getIdempotencyReason(tooLarge)).toBe('response_too_large');
     expect(server.runs('report')).toHaveLength(1);
     expect(retries).toEqual([]);

@@ -173,7 +173,7 @@ describe('outcome policy', () => {
     expect((await rejectionOf(client.op.mutate({ n: 1 }, { context: { key } }))).message).toBe('failure #2');
   });
 
-  it('refuses to store an output over maxResponseBytes, tells the client, and releases the key', async () => {
+  it('an output over maxResponseBytes reaches its caller, and its retries get response_too_large without running again', async () => {
     let runs = 0;
     const events: IdempotencyEvent[] = [];
     const router = t.router({
@@ -187,17 +187,22 @@ describe('outcome policy', () => {
     });
     const client = await serve(router);
     const key = randomUUID();
-    const error = await rejectionOf(client.big.mutate({ size: 5_000 }, { context: { key } }));
-    expect(error.data).toMatchObject({ httpStatus: 500, idempotency: { reason: 'response_too_large' } });
-    expect(error.message).toMatch(/larger than maxResponseBytes \(1000 bytes\).*released/);
-    await rejectionOf(client.big.mutate({ size: 5_000 }, { context: { key } }));
-    expect(runs).toBe(2);
-    expect(events.filter((e) => e.result === 'released').map((e) => e.reason)).toEqual(['response_too_large', 'response_too_large']);
+    // it ran: the caller gets its result
+    expect(await client.big.mutate({ size: 5_000 }, { context: { key } })).toHaveLength(5_000);
+    for (let retry = 0; retry < 2; retry++) {
+      const error = await rejectionOf(client.big.mutate({ size: 5_000 }, { context: { key } }));
+      expect(error.data).toMatchObject({ httpStatus: 500, idempotency: { reason: 'response_too_large' } });
+      expect(error.message).toMatch(/ran, but its result was larger than maxResponseBytes \(1000 bytes\).*will not run again/);
+    }
+    expect(runs).toBe(1);
+    expect(events.filter((e) => e.result === 'completed').map((e) => e.reason)).toEqual(['response_too_large']);
+    expect(events.filter((e) => e.result === 'replayed').map((e) => e.reason)).toEqual(['response_too_large', 'response_too_large']);
+    expect(events.filter((e) => e.result === 'released')).toEqual([]);
     // just under the limit is stored (the JSON quotes count)
     const small = randomUUID();
     expect(await client.big.mutate({ size: 998 }, { context: { key: small } })).toHaveLength(998);
     expect(await client.big.mutate({ size: 998 }, { context: { key: small } })).toHaveLength(998);
-    expect(runs).toBe(3);
+    expect(runs).toBe(2);
   });
 
   it('replays through the data transformer: Date, BigInt, Map and Set come back as themselves', async () => {
@@ -317,7 +322,13 @@ describe('keys', () => {
   it('scopes keys: the same key from two users is two operations', async () => {
     let runs = 0;
     const router = t.router({
-      op: idem({ scope: ({ ctx }) => ctx.user })
+      // a scope must not be undefined (the type says so): a request without a user is refused first
+      op: idem({
+        scope: ({ ctx }) => {
+          if (ctx.user === undefined) throw new TRPCError({ code: 'UNAUTHORIZED' });
+          return ctx.user;
+        },
+      })
         .input(z.object({ v: z.string() }))
         .mutation(({ ctx }) => ({ run: ++runs, user: ctx.user })),
     });
@@ -344,6 +355,7 @@ describe('the builder', () => {
       scope: ({ ctx }) => {
         order.push('scope');
         seenScope = ctx.user;
+        if (ctx.user === undefined) throw new TRPCError({ code: 'UNAUTHORIZED' });
         return ctx.user;
       },
     });
@@ -406,7 +418,11 @@ describe('the builder', () => {
   it('explains a context without request headers instead of answering 400', async () => {
     const router = t.router({ op: idem().mutation(() => 1) });
     const caller = t.createCallerFactory(router)({});
-    await expect(caller.op()).rejects.toThrow(/no request headers to read Idempotency-Key from/);
+    const error = await caller.op().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TRPCError);
+    expect(error).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', message: expect.stringMatching(/no request headers to read Idempotency-Key from/) });
+    // a request-time 500, not the creation-time IdempotencyConfigError
+    expect((error as TRPCError).cause).not.toBeInstanceOf(IdempotencyConfigError);
   });
 
   it('getKey reads the key from anywhere, here for a server-side caller', async () => {
@@ -628,7 +644,9 @@ describe('contexts and scopes', () => {
     const router = t.router({ op: idem().mutation(() => 1) });
     const socketLike = { send() {}, ping() {} };
     const caller = t.createCallerFactory(router)({ req: { headers: { 'idempotency-key': 'k' } }, res: socketLike } as never);
-    await expect(caller.op()).rejects.toThrow(/over a WebSocket .* Pass getKey/);
+    const error = await caller.op().catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', message: expect.stringMatching(/over a WebSocket .* Pass getKey/) });
+    expect((error as TRPCError).cause).not.toBeInstanceOf(IdempotencyConfigError);
   });
 
   it('refuses a key header sent twice, which Node would join into one value', async () => {

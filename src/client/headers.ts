@@ -47,11 +47,11 @@ export function idempotencyHeaders<TArgument extends HeadersArgument = HeadersAr
     if ('opList' in opts) {
       opts.opList.forEach((op, i) => {
         const key = keyOf(op);
-        if (key !== undefined) keyed[`${header}-${i}`] = key;
+        if (key !== undefined) keyed[`${header}-${i}`] = headerValue(key);
       });
     } else {
       const key = keyOf(opts.op);
-      if (key !== undefined) keyed[header] = key;
+      if (key !== undefined) keyed[header] = headerValue(key);
     }
     return merge(own, keyed);
   };
@@ -67,6 +67,15 @@ function keyOf(op: Operation): string | undefined {
     );
   }
   return key;
+}
+
+/**
+ * The header's value for `key`: the key itself, or, when the server would
+ * read it otherwise (a comma makes a list; a leading quote starts a quoted
+ * string), a Structured Field string: `"a,b"`, with `"` and `\` escaped.
+ */
+function headerValue(key: string): string {
+  return key.includes(',') || key.charCodeAt(0) === 0x22 ? `"${key.replace(/["\\]/g, '\\$&')}"` : key;
 }
 
 /** `own` then `keyed`; names compare case-insensitively, so a key header is never sent twice. */

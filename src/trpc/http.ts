@@ -43,23 +43,49 @@ export function hasRequestHeaders(ctx: unknown): boolean {
 
 /**
  * One header's value; `name` must be lower case (`label` is how messages
- * name it). A header sent more than once (which Node would join with ", "
- * into what looks like one key) is refused.
+ * name it).
+ *
+ * A key header holds one key. Sent more than once, its values reach us
+ * joined with ", " (by Node, and by a fetch `Headers`), and a fetch `Headers`
+ * cannot tell that from one value with a comma in it. So the rule, the same
+ * on every adapter: an unquoted value containing a comma is a list and is
+ * refused; a key that really contains a comma is sent as a quoted Structured
+ * Field string (`"a,b"`), which `parseIdempotencyKey` unquotes (and where a
+ * list of quoted strings, `"a", "b"`, fails as an unescaped quote).
  */
 export function readHeader(ctx: unknown, name: string, label = name): string | undefined {
   const headers = headersOf(ctx);
   if (headers === undefined) return undefined;
-  if (typeof headers.get === 'function') return (headers.get as (n: string) => string | null)(name) ?? undefined;
-  const value = (headers as Record<string, string | string[] | undefined>)[name];
-  // Node joins repeated values with ", ": a value without a comma was sent once, and
-  // headersDistinct (built for every header on first read) need not be consulted.
-  if (typeof value !== 'string' || value.includes(',')) {
-    const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
-    if (distinct !== undefined && distinct.length > 1) {
-      throw new IdempotencyKeyError('key_invalid', `The ${label} header was sent ${distinct.length} times; send it once per call.`);
+  let value: string | undefined;
+  if (typeof headers.get === 'function') {
+    value = (headers.get as (n: string) => string | null)(name) ?? undefined;
+  } else {
+    const raw = (headers as Record<string, string | string[] | undefined>)[name];
+    if (Array.isArray(raw)) {
+      if (raw.length > 1) throw sentTimes(label, raw.length);
+      value = raw[0];
+    } else {
+      value = typeof raw === 'string' ? raw : undefined;
+    }
+    // Node joins repeated values with ", ": a value without a comma was sent once, and
+    // headersDistinct (built for every header on first read) need not be consulted.
+    if (value !== undefined && value.includes(',')) {
+      const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
+      if (distinct !== undefined && distinct.length > 1) throw sentTimes(label, distinct.length);
     }
   }
-  return Array.isArray(value) ? value.join(', ') : value;
+  if (value !== undefined && value.charCodeAt(0) !== 0x22 && value.includes(',')) {
+    throw new IdempotencyKeyError(
+      'key_invalid',
+      `The ${label} header holds more than one value (it was sent more than once, or its value contains a comma): ` +
+        'send it once per call, with one key. A key that contains a comma must be sent as a quoted string, such as "a,b".',
+    );
+  }
+  return value;
+}
+
+function sentTimes(label: string, times: number): IdempotencyKeyError {
+  return new IdempotencyKeyError('key_invalid', `The ${label} header was sent ${times} times; send it once per call.`);
 }
 
 /** True when the context comes from tRPC's WebSocket adapter (`res` is the socket). */

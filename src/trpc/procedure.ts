@@ -1,4 +1,4 @@
-import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, type TRPCProcedureBuilder } from '@trpc/server';
+import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer, type TRPCProcedureBuilder } from '@trpc/server';
 import { createIdempotencyEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from '../core/engine.js';
 import {
   IdempotencyConfigError,
@@ -51,12 +51,16 @@ export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptio
   replayedHeader?: string;
   /**
    * Who a key belongs to: the same key sent by two scopes names two
-   * operations. Return the authenticated user or tenant id. Without a scope,
-   * anyone who learns a key can read its stored response: set it whenever
-   * responses are private.
+   * operations. Return the authenticated user or tenant id (a non-empty
+   * string or a number), or `null` for a call that is deliberately unscoped.
+   * `undefined` is not accepted (a `ctx.user?.id` on a route without auth
+   * would put every caller in one scope): the type refuses it, and at run
+   * time it, an empty string or an object is a 500 that says what to return.
+   * Without a scope, anyone who learns a key can read its stored response:
+   * set it whenever responses are private.
    * @default no scope: keys are global per procedure
    */
-  scope?: (opts: { ctx: TContext; path: string }) => string | number | null | undefined | Promise<string | number | null | undefined>;
+  scope?: (opts: { ctx: TContext; path: string }) => string | number | null | Promise<string | number | null>;
   /**
    * Reads the raw key instead of the request header (websockets, server-side
    * callers, a key inside the input). Return `undefined` for "no key".
@@ -111,6 +115,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   options: WithIdempotencyOptions<ContextOf<TBuilder>> = {},
 ): TBuilder {
   // initialized config
+  checkOptions(base, options);
   if (options.engine !== undefined) {
     const ignored = ENGINE_OPTIONS.filter((name) => options[name] !== undefined);
     if (ignored.length > 0) {
@@ -126,9 +131,6 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   const replayedHeader = options.replayedHeader ?? 'Idempotent-Replayed';
   const { scope, getKey } = options;
   const defaultRequired = options.required ?? true;
-  if (!/^[A-Za-z0-9-]+$/.test(header) || !/^[A-Za-z0-9-]+$/.test(replayedHeader)) {
-    throw new IdempotencyConfigError('withIdempotency: header and replayedHeader must be header names (letters, digits, dashes).');
-  }
   const transformer = (base._def as { config?: { transformer?: TRPCCombinedDataTransformer } }).config?.transformer;
   const codec = trpcCodec(transformer);
 
@@ -146,18 +148,24 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
       if (opts.type !== 'mutation') return idempotentCall.exit(() => resolver(opts));
       const procedurePath: string = opts.path ?? path;
 
-      let raw: string | null | undefined;
+      let raw: unknown;
       if (getKey !== undefined) {
         raw = await getKey({ ctx, path: procedurePath, batchIndex, input });
+        if (raw !== undefined && raw !== null && typeof raw !== 'string') {
+          // String() would make one key of every object ("[object Object]"): shared by every caller.
+          throw misconfigured(
+            `Procedure ${procedurePath}: getKey returned ${describeType(raw)}. Return the key as a string, or undefined (or null) when the call has none.`,
+          );
+        }
       } else {
         if (isWebSocket(ctx)) {
-          throw new IdempotencyConfigError(
+          throw misconfigured(
             `Procedure ${procedurePath}: over a WebSocket the request headers are those of the connection, shared by all its calls, ` +
               'so they cannot carry a key per mutation. Pass getKey (for example, read the key from the input).',
           );
         }
         if (!hasRequestHeaders(ctx)) {
-          throw new IdempotencyConfigError(
+          throw misconfigured(
             `Procedure ${procedurePath}: the tRPC context has no request headers to read ${headerLabel} from. ` +
               'Return the request from createContext (`({ req, res }) => ({ req, res })`, or `({ req, resHeaders })` with the fetch adapter), or pass getKey.',
           );
@@ -187,7 +195,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
 
       let key: string;
       try {
-        key = parseIdempotencyKey(String(raw), headerLabel);
+        key = parseIdempotencyKey(raw as string, headerLabel);
       } catch (error) {
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_invalid' });
         throw isIdempotencyError(error) ? toTRPCError(error) : error;
@@ -237,11 +245,20 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
       get(target, prop, receiver) {
         if (prop === 'mutation') {
           return (resolver: (opts: any) => unknown) => {
-            const meta = (target._def.meta as IdempotencyMeta | undefined)?.idempotency;
+            const meta: unknown = (target._def.meta as IdempotencyMeta | undefined)?.idempotency;
             if (meta === false) return target.mutation(resolver);
             const where = 'meta.idempotency';
-            const policy = meta === undefined ? engine.defaults : engine.policy(meta, where);
-            const required = meta?.required ?? defaultRequired;
+            if (meta !== undefined && (typeof meta !== 'object' || meta === null || Array.isArray(meta))) {
+              throw new IdempotencyConfigError(
+                `${where} must be an object of options, or false to turn protection off; got ${describeValue(meta)}. Leave it out for the builder's defaults.`,
+              );
+            }
+            const overrides = meta as IdempotencyProcedureOptions | undefined;
+            if (overrides?.required !== undefined && typeof overrides.required !== 'boolean') {
+              throw new IdempotencyConfigError(`${where}: required must be true or false; got ${describeValue(overrides.required)}.`);
+            }
+            const policy = overrides === undefined ? engine.defaults : engine.policy(overrides, where);
+            const required = overrides?.required ?? defaultRequired;
             return target.mutation(createResolver(resolver, '', policy, required));
           };
         }
@@ -258,6 +275,86 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   return wrap(base) as TBuilder;
 }
 
+const HEADER_NAME = /^[A-Za-z0-9-]+$/;
+
+/**
+ * The options' types, checked once when the builder is created: a wrong type
+ * would otherwise surface per request as a TypeError, or silently (a
+ * `required: 'no'` is truthy). Engine options are checked by the engine.
+ */
+function checkOptions(base: unknown, options: unknown): void {
+  if (!isBuilder(base)) {
+    throw new IdempotencyConfigError(
+      `withIdempotency: the first argument must be a tRPC procedure builder, such as t.procedure or a procedure built from it; got ${describeValue(base)}.`,
+    );
+  }
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new IdempotencyConfigError(`withIdempotency: options must be an object (or omitted); got ${describeValue(options)}.`);
+  }
+  const o = options as Record<string, unknown>;
+  if (o.scope !== undefined && typeof o.scope !== 'function') {
+    throw new IdempotencyConfigError(
+      `withIdempotency: scope must be a function that returns whose key it is, such as ({ ctx }) => ctx.user.id; got ${describeValue(o.scope)}.`,
+    );
+  }
+  if (o.getKey !== undefined && typeof o.getKey !== 'function') {
+    throw new IdempotencyConfigError(
+      `withIdempotency: getKey must be a function that returns the key, such as ({ input }) => input.requestId; got ${describeValue(o.getKey)}.`,
+    );
+  }
+  if (o.required !== undefined && typeof o.required !== 'boolean') {
+    throw new IdempotencyConfigError(`withIdempotency: required must be true or false; got ${describeValue(o.required)}.`);
+  }
+  for (const [name, example] of [
+    ['header', 'Idempotency-Key'],
+    ['replayedHeader', 'Idempotent-Replayed'],
+  ] as const) {
+    const value = o[name];
+    if (value !== undefined && (typeof value !== 'string' || !HEADER_NAME.test(value))) {
+      throw new IdempotencyConfigError(
+        `withIdempotency: ${name} must be a header name (letters, digits, dashes), such as '${example}'; got ${describeValue(value)}.`,
+      );
+    }
+  }
+  if (o.engine !== undefined) {
+    const engine = o.engine as Partial<Record<keyof IdempotencyEngine, unknown>> | null;
+    const missing =
+      typeof engine !== 'object' || engine === null
+        ? describeValue(engine)
+        : (['execute', 'policy', 'emit'] as const).filter((method) => typeof engine[method] !== 'function').map((method) => `an object without ${method}()`)[0] ??
+          (typeof engine.defaults !== 'object' || engine.defaults === null ? 'an object without defaults' : undefined);
+    if (missing !== undefined) {
+      throw new IdempotencyConfigError(
+        `withIdempotency: engine must be an engine made by createIdempotencyEngine(); got ${missing}. Leave it out to let withIdempotency make one.`,
+      );
+    }
+  }
+}
+
+/** How a configuration message names a value it refuses: `the string "yes"`, `the number 5`, `an object`... */
+function describeValue(value: unknown): string {
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value)}`;
+  if (typeof value === 'number') return `the number ${String(value)}`;
+  if (value === null || value === undefined || typeof value === 'boolean') return String(value);
+  return describeType(value);
+}
+
+function describeType(value: unknown): string {
+  if (Array.isArray(value)) return 'an array';
+  const type = typeof value;
+  return type === 'object' || type === 'undefined' ? `an ${type}` : `a ${type}`;
+}
+
+/**
+ * A mistake only a request can show (the context's shape, the scope's
+ * value): not an `IdempotencyConfigError`, which is thrown when the builder
+ * or the procedure is created, but a 500 whose message says what to change.
+ * The procedure does not run.
+ */
+function misconfigured(message: string): TRPCError {
+  return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message });
+}
+
 /**
  * A scope must say whose key it is, or say explicitly (`null`) that the call
  * is unscoped: `undefined` (a missing `ctx.user?.id`), an empty string or an
@@ -267,7 +364,7 @@ function checkScope(value: unknown, path: string): string | undefined {
   if (value === null) return undefined;
   if (typeof value === 'string' && value !== '') return value;
   if (typeof value === 'number' && Number.isFinite(value)) return String(value);
-  throw new IdempotencyConfigError(
+  throw misconfigured(
     `Procedure ${path}: scope returned ${value === '' ? 'an empty string' : typeof value}. ` +
       'Return the user or tenant id (a non-empty string or a number), or null for a call that is deliberately unscoped.',
   );

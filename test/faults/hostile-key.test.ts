@@ -68,6 +68,8 @@ function expectedKey(values: string[] | undefined): string | 'missing' | 'invali
   if (values === undefined || values.length === 0) return 'missing';
   if (values.length > 1) return 'invalid';
   let key = values[0]!;
+  // an unquoted value with a comma is a list (the header sent twice joins that way): refused
+  if (!key.startsWith('"') && key.includes(',')) return 'invalid';
   if (key.length >= 2 && key.startsWith('"')) {
     const quoted = /^"((?:[^"\\]|\\["\\])*)"$/s.exec(key);
     if (quoted === null) return 'invalid';
