@@ -85,6 +85,7 @@ interface Instruments {
   leaseLost: Counter;
   leaseRenewed: Counter;
   replayBytes: Counter;
+  evictions: Counter;
 }
 
 /**
@@ -222,6 +223,11 @@ function createInstruments(provider: MeterProvider): Instruments {
       unit: 'By',
       valueType: ValueType.INT,
     }),
+    evictions: meter.createCounter('idempotency.store.evictions', {
+      description: 'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
+      unit: '{record}',
+      valueType: ValueType.INT,
+    }),
   };
 }
 
@@ -249,6 +255,9 @@ function recordMetrics(m: Instruments, event: IdempotencyEvent, store: string, c
       break;
     case 'replayed':
       if (event.bytes !== undefined) m.replayBytes.add(event.bytes, { [PROCEDURE]: event.name, [STORE]: store });
+      break;
+    case 'evicted':
+      m.evictions.add(1, { [PROCEDURE]: event.name, [STORE]: store });
       break;
   }
 }

@@ -2,10 +2,12 @@
  * The PostgreSQL store: the contract on a real server (node-postgres) and on
  * PGlite, then what only PostgreSQL has: purge and transactional mode.
  */
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { drizzleStore } from '../src/drizzle.js';
 import { describeStoreContract } from './contract/store-contract.js';
-import { isolatedSchema, type PgSchema, pgliteDb } from './helpers/postgres.js';
+import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './helpers/postgres.js';
 import { sleep } from './helpers/redis.js';
 
 let server: PgSchema;
@@ -18,7 +20,22 @@ afterAll(async () => {
   await lite?.close();
 });
 
-describeStoreContract('postgres (node-postgres)', () => ({ store: drizzleStore({ db: server.db }), advance: sleep }), { notifies: false });
+describeStoreContract('postgres (node-postgres, READ COMMITTED)', () => ({ store: drizzleStore({ db: server.db }), advance: sleep }), { notifies: false });
+
+// Some teams set a stricter default: contended claims then fail with serialization errors, which the store retries.
+for (const level of ['repeatable read', 'serializable'] as const) {
+  let db: ReturnType<typeof drizzle>;
+  let pool: pg.Pool;
+  beforeAll(async () => {
+    pool = poolAtIsolation(server, level);
+    db = drizzle(pool);
+    const { rows } = await pool.query<{ transaction_isolation: string }>('show transaction_isolation');
+    expect(rows[0]?.transaction_isolation).toBe(level);
+  });
+  afterAll(() => pool?.end());
+  describeStoreContract(`postgres (node-postgres, ${level.toUpperCase()})`, () => ({ store: drizzleStore({ db }), advance: sleep }), { notifies: false });
+}
+
 describeStoreContract('postgres (PGlite)', () => ({ store: drizzleStore({ db: lite.db }), advance: sleep }), { notifies: false });
 
 describe('purgeExpired', () => {
@@ -41,7 +58,7 @@ describe('purgeExpired', () => {
       expect(await store.purgeExpired()).toBe(0);
       const { rows } = await schema.pool.query<{ id: string; state: string }>('select id, state from idempotency_keys order by id');
       expect(rows.map((r) => r.id)).toEqual(['done-0', 'done-1', 'done-2', 'running-0', 'running-1']);
-      expect(await store.claim({ id: 'running-0', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
+      expect(await store.claim({ id: 'running-0', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
       expect(await store.claim({ id: 'done-1', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({ state: 'completed', body: 'kept' });
       await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(/batchSize must be a positive integer/);
     } finally {

@@ -345,6 +345,43 @@ describe('openTelemetry: metrics', () => {
     }
   });
 
+  it('counts a lost claim once (the lease saw it, then the completion was refused), and evictions of a bounded store', async () => {
+    const otel = sdk();
+    const events: IdempotencyEvent[] = [];
+    const onEvent = openTelemetry({ meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider, onEvent: (e) => events.push(e) });
+    let time = 1_000_000;
+    const store = memoryStore({ maxEntries: 2, now: () => time });
+    const holder = createIdempotencyEngine({ store, lockTtl: 300, onEvent });
+    const other = createIdempotencyEngine({ store, lockTtl: 300 });
+    const stalled = gate();
+    const input = { key: randomUUID(), name: 'transfer', payload: {} };
+    const first = holder.run(input, async () => {
+      await stalled.opened; // a frozen VM
+      return 'from the holder';
+    });
+    await until(() => events.some((e) => e.result === 'acquired'));
+    time += 400; // meanwhile its claim expired in the store, and another request took over and finished
+    expect(await other.run(input, async () => 'from the other')).toEqual({ value: 'from the other', replayed: false });
+    await until(() => events.some((e) => e.result === 'lease_lost')); // the holder's next renewal finds the claim gone
+    stalled.open();
+    expect(await first).toEqual({ value: 'from the holder', replayed: false }); // its completion is refused: fenced
+    expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toEqual(['fenced']);
+
+    // two more keys in a store of two: the oldest finished record goes, and the event says which operation lost it
+    await holder.run({ key: randomUUID(), name: 'refund', payload: {} }, async () => 1);
+    await holder.run({ key: randomUUID(), name: 'refund', payload: {} }, async () => 2);
+    const evicted = events.filter((e) => e.result === 'evicted');
+    expect(evicted).toEqual([expect.objectContaining({ name: 'transfer', store: 'memory', keyHash: events[0]!.keyHash })]);
+
+    const all = await otel.metrics();
+    expect(total(all, 'idempotency.lease.lost', { 'idempotency.reason': 'fenced' })).toBe(1);
+    expect(metric(all, 'idempotency.store.evictions')?.descriptor.unit).toBe('{record}');
+    expect(pointsOf(all, 'idempotency.store.evictions')).toEqual([
+      expect.objectContaining({ attributes: { 'idempotency.procedure': 'transfer', 'idempotency.store.name': 'memory' }, value: 1 }),
+    ]);
+    store.close();
+  });
+
   it('records nothing without an SDK, then uses a global SDK registered after the handler was made', async () => {
     const handler = openTelemetry();
     const engine = createIdempotencyEngine({ store: memoryStore(), onEvent: handler });

@@ -28,7 +28,7 @@ import { isolatedSchema, type PgSchema, pgliteDb } from './helpers/postgres.js';
 import { connectRedis, deadRedis, deleteByPrefix, hungRedis, uniquePrefix } from './helpers/redis.js';
 import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
 
-const LOCK_TTL = 500;
+const LOCK_TTL = 1_500;
 
 function setup(store: IdempotencyStore, options: { onStoreError?: 'fail-closed' | 'fail-open'; storeTimeout?: number } = {}) {
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
@@ -38,7 +38,7 @@ function setup(store: IdempotencyStore, options: { onStoreError?: 'fail-closed' 
   const idempotentProcedure = withIdempotency(t.procedure, {
     store,
     lockTtl: LOCK_TTL,
-    storeTimeout: options.storeTimeout ?? 1_000,
+    storeTimeout: options.storeTimeout, // by default lockTtl / 3
     onStoreError: options.onStoreError,
     onEvent: (e) => events.push(e),
   });
@@ -164,7 +164,7 @@ describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
       token: 'dead-holder',
       lockTtl: LOCK_TTL,
     });
-    expect(claimed).toEqual({ state: 'acquired' });
+    expect(claimed).toMatchObject({ state: 'acquired' });
     const blocked = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
     expect(blocked.data?.httpStatus).toBe(409);
     await sleep(LOCK_TTL + 100);

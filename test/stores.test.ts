@@ -36,9 +36,9 @@ describe('redis store specifics', () => {
     const store = redisStore({ client: redis, prefix });
     await redis.script('FLUSH');
     const id = `:flush:${Date.now()}`;
-    expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toEqual({ state: 'acquired' });
+    expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toMatchObject({ state: 'acquired' });
     await redis.script('FLUSH');
-    expect(await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 })).toBe(true);
+    expect(await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 })).toBe('stored');
     expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 't' });
   });
 
@@ -93,8 +93,8 @@ describe('memory store bounds', () => {
       time += 10;
     }
     await store.claim({ id: 'newcomer', fingerprint: 'fp', token: 'n', lockTtl: 60_000 });
-    expect(await store.claim({ id: 'old', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toEqual({ state: 'acquired' });
-    expect(await store.claim({ id: 'running', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
+    expect(await store.claim({ id: 'old', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({ state: 'acquired' });
+    expect(await store.claim({ id: 'running', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
     store.close();
   });
 

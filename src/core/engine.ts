@@ -1,21 +1,23 @@
 import { randomFillSync } from 'node:crypto';
 import {
   IdempotencyConfigError,
-  IdempotencyError,
   IdempotencyConflictError,
   IdempotencyMismatchError,
-  IdempotencyResponseTooLargeError,
   IdempotencyStoreError,
   isIdempotencyError,
   isRetryable,
+  storeFailure,
+  storeFailureKind,
 } from './errors.js';
 import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { claimedCall, idempotentCall, runAsCall } from './context.js';
 import { fingerprint } from './fingerprint.js';
-import { recordId } from './key.js';
+import { nameOfRecordId, recordId } from './key.js';
 import { startLease } from './lease.js';
-import { type IdempotencyPolicyOptions, positiveMs, type ResolvedPolicy, resolvePolicy } from './policy.js';
-import type { ClaimResult, IdempotencyStore } from './store.js';
+import { encodeResult, markerError, markerOf } from './outcome.js';
+import { type IdempotencyPolicyOptions, type ResolvedPolicy, resolvePolicy, timerMs } from './policy.js';
+import type { ClaimResult, CompleteResult, IdempotencyStore } from './store.js';
+import { engineTime, StoreClock } from './store-clock.js';
 import { interruptibleSleep, withTimeout } from './timing.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
 import { memoryStore } from '../stores/memory.js';
@@ -29,8 +31,8 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
   store?: IdempotencyStore;
   /**
    * The longest a single store call may take, in milliseconds; past it the
-   * call counts as a store failure (see `onStoreError`).
-   * @default 1_000
+   * call counts as a store failure (see `onStoreError`). At most lockTtl / 3.
+   * @default 1_000, or lockTtl / 3 when that is less
    */
   storeTimeout?: number;
   /**
@@ -120,6 +122,23 @@ function newToken(): string {
   return tokenPool.toString('base64url', tokenOffset - TOKEN_BYTES, tokenOffset);
 }
 
+const noop = () => {};
+
+/** One protected call, as the engine's helpers need it. */
+interface Call {
+  readonly id: string;
+  readonly fp: string;
+  readonly token: string;
+  readonly policy: ResolvedPolicy;
+  readonly name: string;
+  readonly keyHash: string | undefined;
+}
+
+/** What settles a claim once its operation ran: an outcome to store, or the key to give back. */
+type Settlement =
+  | { store: true; state: 'completed' | 'failed'; body: string; reason?: 'unreplayable' | 'response_too_large' }
+  | { store: false; reason: 'error' | 'retryable' | 'unreplayable' | 'response_too_large' | 'fenced' };
+
 /**
  * Creates the framework-agnostic engine. The tRPC adapter is built on it, and
  * it can protect any async operation, such as a queue consumer keyed by
@@ -127,19 +146,30 @@ function newToken(): string {
  */
 export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}): IdempotencyEngine {
   // initialized config
+  const now = options.now ?? Date.now;
+  if (typeof now !== 'function') {
+    throw new IdempotencyConfigError(`idempotency options: now must be a function that returns the time in ms, got ${typeof now}.`);
+  }
   const store = options.store ?? memoryStore(options.now === undefined ? {} : { now: options.now });
-  const storeTimeout = options.storeTimeout ?? 1_000;
-  positiveMs(storeTimeout, 'storeTimeout', 'idempotency options');
+  checkStore(store);
+  if (options.storeTimeout !== undefined) timerMs(options.storeTimeout, 'storeTimeout', 'idempotency options');
   const retryAfter = options.retryAfter ?? 1;
   if (!Number.isInteger(retryAfter) || retryAfter < 0) {
     throw new IdempotencyConfigError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
   }
   const onEvent = options.onEvent;
+  if (onEvent !== undefined && typeof onEvent !== 'function') {
+    throw new IdempotencyConfigError(`idempotency options: onEvent must be a function that takes an event, got ${typeof onEvent}.`);
+  }
   const storeName = store.name ?? 'custom';
-  const now = options.now ?? Date.now;
   const defaults = resolvePolicy(options, {}, 'idempotency options');
   if (defaults.transaction && store.transaction === undefined) {
     throw new IdempotencyConfigError('idempotency options: transaction: true needs a store with transactions (the Drizzle store); this store has none.');
+  }
+  // What the engine knows of the store's clock, to put deadlines on claims.
+  const clock = new StoreClock();
+  if (onEvent !== undefined) {
+    store.onEvicted?.((id) => emit({ result: 'evicted', name: nameOfRecordId(id), keyHash: hashRecordId(id), durationMs: 0 }));
   }
 
   /** Emits an event built here: a fresh object, so the store's name is set in place. */
@@ -158,51 +188,59 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     if (onEvent !== undefined) emit({ ...event });
   }
 
-  function storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, call: () => Promise<T>): Promise<T> {
-    let promise: Promise<T>;
-    try {
-      promise = call();
-    } catch (cause) {
-      promise = Promise.reject(cause);
-    }
-    return withTimeout(promise, storeTimeout, () => timedOut(operation));
+  function timedOut(operation: NonNullable<IdempotencyEvent['operation']>, timeout: number): Error {
+    return storeFailure('unavailable', new IdempotencyStoreError('store_unavailable', `The idempotency store did not answer ${operation} within ${timeout} ms.`));
   }
 
-  function timedOut(operation: NonNullable<IdempotencyEvent['operation']>): IdempotencyStoreError {
-    return new IdempotencyStoreError('store_unavailable', `The idempotency store did not answer ${operation} within ${storeTimeout} ms.`);
+  /** Starts a store call; a synchronous throw becomes a rejection. */
+  function start<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return Promise.resolve(call());
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  async function claimOnce(id: string, fp: string, token: string, policy: ResolvedPolicy, waiting: boolean): Promise<ClaimResult> {
-    let pending: Promise<ClaimResult>;
+  function storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, timeout: number, call: () => Promise<T>): Promise<T> {
+    return withTimeout(start(call), timeout, () => timedOut(operation, timeout));
+  }
+
+  /**
+   * One claim, with a deadline in the store's clock: if it reaches the store
+   * after this engine gave up on it (it waited in a driver's queue through an
+   * outage), the store changes nothing and it can never take the key from a
+   * holder whose completion is on its way.
+   */
+  async function claimOnce(call: Call, waiting: boolean, again = false): Promise<ClaimResult> {
+    const { id, token, policy } = call;
+    const timeout = policy.storeTimeout;
+    const sentAt = engineTime();
+    const deadline = clock.deadline(sentAt, timeout);
+    const pending = start(() => store.claim({ id, fingerprint: call.fp, token, lockTtl: policy.lockTtl, waiting, deadline }));
+    let result: ClaimResult;
     try {
-      pending = Promise.resolve(store.claim({ id, fingerprint: fp, token, lockTtl: policy.lockTtl, waiting }));
+      result = await withTimeout(pending, timeout, () => timedOut('claim', timeout));
     } catch (error) {
-      pending = Promise.reject(error);
-    }
-    try {
-      return await withTimeout(pending, storeTimeout, () => timedOut('claim'));
-    } catch (error) {
-      // A claim that lands after we gave up would block the key until lockTtl: give it back.
-      pending.then(
-        (late) => late.state === 'acquired' && store.release({ id, token }).catch(() => {}),
-        () => {},
-      );
+      // A claim that lands after we gave up (a store without deadlines, or one
+      // answered just in time) must not keep the key for lockTtl: give it back.
+      pending.then((late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop), noop);
       throw error;
     }
+    if (result.time !== undefined) clock.observe(sentAt, result.time);
+    if (result.state === 'late') {
+      // Answered in time, but the store's clock is ahead of what we knew of it:
+      // this answer taught us by how much, so the claim is sent once more.
+      if (!again) return claimOnce(call, waiting, true);
+      throw storeFailure('unavailable', new IdempotencyStoreError('store_unavailable', 'The idempotency store found every claim past its deadline: its clock is moving ahead faster than real time.'));
+    }
+    return result;
   }
 
-  async function claim(
-    id: string,
-    fp: string,
-    token: string,
-    policy: ResolvedPolicy,
-    signal: AbortSignal | undefined,
-    keyHash: string | undefined,
-    name: string,
-  ): Promise<ClaimResult> {
-    const waitMode = isWaitMode(policy);
-    let result = await claimOnce(id, fp, token, policy, waitMode);
-    if (!waitMode || result.state !== 'in_progress' || result.fingerprint !== fp) return result;
+  /** Claims, and in `inFlight: 'wait'` mode waits for a running holder to settle. */
+  async function claimOrWait(call: Call, signal: AbortSignal | undefined): Promise<ClaimResult> {
+    const { id, fp, policy, name, keyHash } = call;
+    let result = await claimOnce(call, true);
+    if (result.state !== 'in_progress' || result.fingerprint !== fp) return result;
 
     // Wait for the holder: woken by the store's notification when it has one,
     // and polling with bounded, jittered backoff in any case (a crashed holder
@@ -216,12 +254,12 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     };
     let unsubscribe: (() => void) | undefined;
     if (store.onSettled !== undefined) {
-      const pending = (async () => store.onSettled!(id, onSettled))();
+      const pending = start(() => store.onSettled!(id, onSettled));
       try {
-        unsubscribe = await storeCall('subscribe', () => pending);
+        unsubscribe = await withTimeout(pending, policy.storeTimeout, () => timedOut('subscribe', policy.storeTimeout));
       } catch (error) {
         // A subscription that lands after we gave up must not leak its listener.
-        pending.then((late) => late(), () => {});
+        pending.then((late) => late(), noop);
         emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'subscribe', error: describeError(error) });
       }
     }
@@ -232,7 +270,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       for (;;) {
         notified = false;
         try {
-          result = await claimOnce(id, fp, token, policy, true);
+          result = await claimOnce(call, true);
         } catch {
           // The holder was seen running: a store failure now must not let
           // this request run unprotected beside it (fail-open), so it gets 409.
@@ -257,20 +295,29 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     const policy = input.policy ?? defaults;
     const codec = (input.codec ?? jsonCodec) as OutcomeCodec<T>;
     const { name } = input;
-    const fp = fingerprint(name, input.payload, policy.exclude);
     const id = recordId(input.scope, name, input.key);
-    const keyHash = onEvent === undefined ? undefined : hashRecordId(id);
-    const token = newToken();
+    const call: Call = {
+      id,
+      fp: fingerprint(name, input.payload, policy.exclude),
+      token: newToken(),
+      policy,
+      name,
+      keyHash: onEvent === undefined ? undefined : hashRecordId(id),
+    };
+    const { keyHash } = call;
 
     const checkStart = performance.now();
     let claimed: ClaimResult;
     try {
       // Without waiting, a claim is one store call: no need for the waiting loop's frame.
-      claimed = await (isWaitMode(policy) ? claim(id, fp, token, policy, input.signal, keyHash, name) : claimOnce(id, fp, token, policy, false));
+      claimed = await (isWaitMode(policy) ? claimOrWait(call, input.signal) : claimOnce(call, false));
     } catch (error) {
       const durationMs = performance.now() - checkStart;
       emit({ result: 'store_error', name, keyHash, durationMs, operation: 'claim', error: describeError(error) });
-      if (policy.onStoreError === 'fail-open') {
+      const kind = storeFailureKind(error);
+      if (kind === 'contention') throw inProgress();
+      // Only an outage may let a request run unprotected: never a full store, a missing table or a bug.
+      if (kind === 'unavailable' && policy.onStoreError === 'fail-open') {
         emit({ result: 'unprotected', name, keyHash, durationMs, reason: 'store_error' });
         return runUnprotected(input);
       }
@@ -286,9 +333,10 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
 
     if (claimed.state === 'acquired') {
       if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
-      return runClaimed(input, codec, policy, id, fp, token, keyHash);
+      return runClaimed(input, codec, call);
     }
-    if (claimed.fingerprint !== fp) {
+    if (claimed.state === 'late') throw new Error('unreachable: a late claim is retried or thrown by claimOnce');
+    if (claimed.fingerprint !== call.fp) {
       emit({ result: 'mismatch', name, keyHash, durationMs });
       throw new IdempotencyMismatchError(
         'payload_mismatch',
@@ -297,21 +345,25 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     }
     if (claimed.state === 'in_progress') {
       emit({ result: 'in_progress', name, keyHash, durationMs });
-      throw new IdempotencyConflictError(
-        'in_progress',
-        `A request with this idempotency key is still being processed. Retry with the same key after ${retryAfter} s.`,
-        { retryAfter },
-      );
+      throw inProgress();
     }
     const body = claimed.body ?? '';
+    const marker = claimed.state === 'failed' ? markerOf(body) : undefined;
     if (onEvent !== undefined) {
-      const marker = body === UNREPLAYABLE;
-      const bytes = marker ? 0 : Buffer.byteLength(body);
-      emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state, bytes, ...(marker ? { reason: 'unreplayable' } : {}) });
+      const bytes = marker === undefined ? Buffer.byteLength(body) : 0;
+      emit({ result: 'replayed', name, keyHash, durationMs, state: claimed.state, bytes, ...(marker === undefined ? {} : { reason: marker }) });
     }
     if (claimed.state === 'completed') return { ok: true, value: codec.deserialize(body), replayed: true };
-    if (body === UNREPLAYABLE) return { ok: false, error: unreplayable(), replayed: true };
+    if (marker !== undefined) return { ok: false, error: markerError(marker, policy.maxResponseBytes), replayed: true };
     return { ok: false, error: codec.deserializeError(body), replayed: true };
+  }
+
+  function inProgress(): IdempotencyConflictError {
+    return new IdempotencyConflictError(
+      'in_progress',
+      `A request with this idempotency key is still being processed. Retry with the same key after ${retryAfter} s.`,
+      { retryAfter },
+    );
   }
 
   async function runUnprotected<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
@@ -323,16 +375,9 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     }
   }
 
-  async function runClaimed<T>(
-    input: ExecuteInput<T>,
-    codec: OutcomeCodec<T>,
-    policy: ResolvedPolicy,
-    id: string,
-    fp: string,
-    token: string,
-    keyHash: string | undefined,
-  ): Promise<ExecuteResult<T>> {
-    const { name } = input;
+  /** Runs the operation under the claim, then stores its outcome or gives the key back. */
+  async function runClaimed<T>(input: ExecuteInput<T>, codec: OutcomeCodec<T>, call: Call): Promise<ExecuteResult<T>> {
+    const { id, token, policy, name, keyHash } = call;
     const started = performance.now();
     const lease = startLease({
       lockTtl: policy.lockTtl,
@@ -340,7 +385,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       now,
       extend: async () => {
         const renewStart = onEvent === undefined ? 0 : performance.now();
-        const held = await storeCall('extend', () => store.extend({ id, token, lockTtl: policy.lockTtl }));
+        const held = await storeCall('extend', policy.storeTimeout, () => store.extend({ id, token, lockTtl: policy.lockTtl }));
         if (held && onEvent !== undefined) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
         return held;
       },
@@ -348,44 +393,34 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
       onLost: (reason) => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason }),
     });
-
-    /** The stored form of a result, or an error saying why it cannot be stored. */
-    const encode = (value: T): { body: string } | { error: unknown; reason: string } => {
-      if (isStream(value)) {
-        return { error: new TypeError('A streamed output (async iterable, stream, observable) cannot be stored and replayed.'), reason: 'unreplayable' };
-      }
-      let body: string;
-      try {
-        body = codec.serialize(value);
-      } catch (error) {
-        return { error, reason: 'unreplayable' };
-      }
-      return byteLengthExceeds(body, policy.maxResponseBytes) ? { error: tooLarge(policy), reason: 'response_too_large' } : { body };
+    /** The claim was lost to another holder: reported once (the lease may have reported it already). */
+    const fenced = () => {
+      if (!lease.wasLost()) emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
     };
 
     let outcome: ExecuteResult<T>;
-    let pending: { state: 'completed' | 'failed'; body: string } | undefined;
-    let releaseReason = 'error';
+    let settlement: Settlement | undefined;
     try {
       if (policy.transaction) {
         // The operation's writes and its stored outcome commit together, or
         // neither does: a crash before the commit leaves a claim that expires.
         const value = await store.transaction!(async (tx) => {
-          const call = claimedCall(lease, tx.handle);
-          const result = await runAsCall(call, () => input.run(call));
-          const encoded = encode(result);
-          if ('error' in encoded) {
-            releaseReason = encoded.reason;
-            throw encoded.error;
+          const inTx = claimedCall(lease, tx.handle);
+          const result = await runAsCall(inTx, () => input.run(inTx));
+          const encoded = encodeResult(result, codec, policy.maxResponseBytes);
+          if (encoded.marker !== undefined) {
+            // Rolled back, so nothing happened: the key is given back for a retry.
+            settlement = { store: false, reason: encoded.marker };
+            throw markerError(encoded.marker, policy.maxResponseBytes);
           }
           // From here the row lock held by this transaction fences the claim.
           lease.stop();
-          const stored = await storeCall('complete', () =>
-            tx.complete({ id, fingerprint: fp, token, state: 'completed', body: encoded.body, ttl: policy.ttl }),
+          const stored = await storeCall('complete', policy.storeTimeout, () =>
+            tx.complete({ id, fingerprint: call.fp, token, state: 'completed', body: encoded.body, ttl: policy.ttl }),
           );
-          if (!stored) {
-            emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
-            releaseReason = 'fenced'; // nothing to release: the claim is someone else's
+          if (stored !== 'stored') {
+            fenced();
+            settlement = { store: false, reason: 'fenced' }; // nothing to release: the claim is someone else's
             throw new IdempotencyConflictError(
               'in_progress',
               'The claim on this key expired while the operation ran, so its transaction was rolled back; another request now holds the key. Retry with the same key.',
@@ -397,99 +432,130 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
         emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
         return { ok: true, value, replayed: false };
       }
-      const call = claimedCall(lease, undefined);
-      const value = await runAsCall(call, () => input.run(call));
+      const claimed = claimedCall(lease, undefined);
+      const value = await runAsCall(claimed, () => input.run(claimed));
       lease.stop();
-      const encoded = encode(value);
-      if ('error' in encoded && encoded.reason === 'unreplayable') {
-        // It ran, but its result cannot be stored: retries must not run it
-        // again, so they get outcome_unreplayable instead of a replay.
-        outcome = { ok: true, value, replayed: false };
-        pending = { state: 'failed', body: UNREPLAYABLE };
-      } else if ('error' in encoded) {
-        releaseReason = encoded.reason;
-        outcome = { ok: false, error: encoded.error, replayed: false };
-      } else {
-        outcome = { ok: true, value, replayed: false };
-        pending = { state: 'completed', body: encoded.body };
-      }
+      // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
+      const encoded = encodeResult(value, codec, policy.maxResponseBytes);
+      settlement = { store: true, state: encoded.state, body: encoded.body, ...(encoded.marker === undefined ? {} : { reason: encoded.marker }) };
+      outcome = { ok: true, value, replayed: false };
     } catch (error) {
       outcome = { ok: false, error, replayed: false };
+      settlement ??= failure(error, codec);
     } finally {
       lease.stop();
     }
+    await settle(call, settlement, { started, fenced });
+    return outcome;
+  }
 
-    // A failure: stored and replayed as it is, or the key released for a retry.
-    if (!outcome.ok && releaseReason === 'error') {
-      if (isRetryable(outcome.error)) {
-        releaseReason = 'retryable';
-      } else {
-        try {
-          const body = codec.serializeError(outcome.error);
-          if (body !== undefined) pending = { state: 'failed', body };
-        } catch {
-          // An error that cannot be serialized is released, like a 5xx.
-        }
-      }
+  /** A failure is stored and replayed as it is, or releases the key for a retry. */
+  function failure(error: unknown, codec: OutcomeCodec<unknown>): Settlement {
+    if (isRetryable(error)) return { store: false, reason: 'retryable' };
+    try {
+      const body = codec.serializeError(error);
+      if (body !== undefined) return { store: true, state: 'failed', body };
+    } catch {
+      // An error that cannot be serialized is released, like a 5xx.
     }
+    return { store: false, reason: 'error' };
+  }
 
+  async function settle(call: Call, settlement: Settlement, run: { started: number; fenced: () => void }): Promise<void> {
+    const { id, fp, token, policy, name, keyHash } = call;
     const settleStart = performance.now();
-    if (releaseReason === 'fenced') return outcome;
-    if (pending === undefined) {
+    if (!settlement.store) {
+      if (settlement.reason === 'fenced') return;
       try {
-        const released = await storeCall('release', () => store.release({ id, token }));
-        emit(
-          released
-            ? { result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: releaseReason }
-            : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
-        );
+        const released = await storeCall('release', policy.storeTimeout, () => store.release({ id, token }));
+        if (released) emit({ result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: settlement.reason });
+        else run.fenced();
       } catch (error) {
         // The claim expires after lockTtl anyway; the client's retry meets 409 until then.
         emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'release', error: describeError(error) });
       }
-      return outcome;
+      return;
     }
-    const { state, body } = pending;
-    const complete = () => storeCall('complete', () => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
-    const settled = (stored: boolean, reason?: string) =>
-      emit(
-        stored
-          ? { result: 'completed', name, keyHash, durationMs: performance.now() - started, state, ...(body === UNREPLAYABLE ? { reason: 'unreplayable' } : reason === undefined ? {} : { reason }) }
-          : { result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' },
-      );
+    const { state, body, reason } = settlement;
+    const attempt = () => start(() => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
+    const completed = (late: boolean) =>
+      emit({
+        result: 'completed',
+        name,
+        keyHash,
+        durationMs: performance.now() - run.started,
+        state,
+        ...(reason !== undefined ? { reason } : late ? { reason: 'completed_late' } : {}),
+      });
+    let result: CompleteResult;
     try {
-      settled(await complete());
+      result = await withTimeout(attempt(), policy.storeTimeout, () => timedOut('complete', policy.storeTimeout));
     } catch (error) {
-      // The operation ran; its caller gets the outcome now, and the completion
-      // is retried in the background (it is fenced, and idempotent for this
-      // token) for as long as the claim would have lived: past that, a retry
-      // of the client may run the operation again, and the events say so.
       emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'complete', error: describeError(error) });
-      void completeLater(complete, settled, now() + policy.lockTtl, name, keyHash);
+      void completeLater({ call, attempt, completed, fenced: run.fenced });
+      return;
     }
-    return outcome;
+    if (result === 'stored') completed(false);
+    else if (result === 'finished') run.fenced();
+    // Another claim is live: it may be one that reached the store after its
+    // caller gave up, and is given back at once. Keep trying until lockTtl.
+    else void completeLater({ call, attempt, completed, fenced: run.fenced });
   }
 
-  async function completeLater(
-    complete: () => Promise<boolean>,
-    settled: (stored: boolean, reason?: string) => void,
-    deadline: number,
-    name: string,
-    keyHash: string | undefined,
-  ): Promise<void> {
-    let delay = 100;
-    for (;;) {
-      await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, Math.max(deadline - now(), 0))).unref());
+  /**
+   * The operation ran; its caller has the outcome. The completion is tried
+   * again in the background (it is fenced, and idempotent for this token)
+   * for as long as the claim would have lived: past that, a retry of the
+   * client may run the operation again, and the events say so. `gave_up` is
+   * reported only once no attempt is still on its way: a driver can deliver a
+   * queued command after a reconnect, long after the caller stopped waiting.
+   */
+  async function completeLater(opts: {
+    call: Call;
+    attempt: () => Promise<CompleteResult>;
+    completed: (late: boolean) => void;
+    fenced: () => void;
+  }): Promise<void> {
+    const { call, attempt, completed, fenced } = opts;
+    const { policy, name, keyHash } = call;
+    const deadline = engineTime() + policy.lockTtl;
+    const inFlight = new Set<Promise<CompleteResult>>();
+    let done = false;
+    let lastError: unknown;
+    const finish = (result: CompleteResult) => {
+      if (done) return;
+      done = true;
+      if (result === 'stored') completed(true);
+      else fenced();
+    };
+    for (let delay = 100; !done; delay = Math.min(delay * 2, 2_000)) {
+      const remaining = deadline - engineTime();
+      if (remaining <= 0) break;
+      await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, remaining)).unref());
+      if (done) return;
+      const pending = attempt();
+      inFlight.add(pending);
+      // An attempt given up on below may still land: its answer counts then.
+      pending.then(
+        (late) => {
+          inFlight.delete(pending);
+          if (late === 'stored') finish(late);
+        },
+        () => inFlight.delete(pending),
+      );
       try {
-        return settled(await complete(), 'completed_late');
+        const result = await withTimeout(pending, policy.storeTimeout, () => timedOut('complete', policy.storeTimeout));
+        if (result !== 'held') return finish(result);
       } catch (error) {
-        if (now() >= deadline) {
-          emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'complete', reason: 'gave_up', error: describeError(error) });
-          return;
-        }
+        lastError = error;
       }
-      delay = Math.min(delay * 2, 2_000);
     }
+    if (done) return;
+    if (lastError === undefined) return finish('held'); // a live claim of another held the key all along
+    await Promise.allSettled([...inFlight]);
+    if (done) return;
+    done = true;
+    emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'complete', reason: 'gave_up', error: describeError(lastError) });
   }
 
   async function run<T>(input: Omit<ExecuteInput<T>, 'run'>, fn: ExecuteInput<T>['run']) {
@@ -520,37 +586,15 @@ function isWaitMode(policy: ResolvedPolicy): boolean {
   return policy.inFlight === 'wait' && policy.waitTimeout > 0;
 }
 
-/** The stored body of an outcome that ran but could not be serialized (no codec writes a NUL first). */
-const UNREPLAYABLE = '\u0000unreplayable';
-
-function unreplayable(): IdempotencyError {
-  return new IdempotencyError(
-    'outcome_unreplayable',
-    'The operation with this idempotency key ran, but its result could not be stored, so it cannot be replayed. ' +
-      'It will not run again with this key: check its effect by other means (for example, list the resource).',
+/** A store is an object with the four atomic operations; anything else fails here, not per request. */
+function checkStore(store: unknown): asserts store is IdempotencyStore {
+  const missing = ['claim', 'complete', 'release', 'extend'].filter(
+    (method) => typeof (store as Record<string, unknown> | null)?.[method] !== 'function',
   );
-}
-
-function isStream(value: unknown): boolean {
-  if (typeof value !== 'object' || value === null) return false;
-  return (
-    Symbol.asyncIterator in value ||
-    typeof (value as { getReader?: unknown }).getReader === 'function' ||
-    typeof (value as { subscribe?: unknown }).subscribe === 'function'
-  );
-}
-
-function tooLarge(policy: ResolvedPolicy): IdempotencyResponseTooLargeError {
-  return new IdempotencyResponseTooLargeError(
-    'response_too_large',
-    `The result is larger than maxResponseBytes (${policy.maxResponseBytes} bytes) and was not stored; the key was released. ` +
-      'Return a smaller result or raise maxResponseBytes.',
-  );
-}
-
-function byteLengthExceeds(body: string, max: number): boolean {
-  // A UTF-16 code unit is 1 to 3 UTF-8 bytes: skip the exact count when the length decides.
-  if (body.length > max) return true;
-  if (body.length * 3 <= max) return false;
-  return Buffer.byteLength(body) > max;
+  if (missing.length > 0) {
+    throw new IdempotencyConfigError(
+      `idempotency options: store must implement the IdempotencyStore interface (claim, complete, release, extend); it has no ${missing.join(', ')}. ` +
+        'Pass memoryStore(), redisStore({ client }) or drizzleStore({ db }).',
+    );
+  }
 }

@@ -22,7 +22,7 @@ export type IdempotencyErrorReason =
   | 'payload_mismatch'
   /** The store could not be reached in time and the policy is fail-closed. */
   | 'store_unavailable'
-  /** The result was too large to store; the key was released. */
+  /** The operation ran, but its result was larger than `maxResponseBytes`: it was not stored and will not run again for this key. */
   | 'response_too_large'
   /** The input cannot be fingerprinted (too deep, cyclic, unsupported value). */
   | 'input_unsupported'
@@ -70,7 +70,7 @@ export class IdempotencyStoreError extends IdempotencyError {
   override readonly name = 'IdempotencyStoreError';
 }
 
-/** The result could not be stored because it is larger than `maxResponseBytes` (HTTP 500). */
+/** The operation ran, but its result was larger than `maxResponseBytes`, so a retry cannot replay it (HTTP 500). */
 export class IdempotencyResponseTooLargeError extends IdempotencyError {
   override readonly name = 'IdempotencyResponseTooLargeError';
 }
@@ -130,4 +130,38 @@ export function isRetryable(error: unknown): boolean {
 
 function isMarkedRetryable(error: unknown): error is object {
   return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[retryableBrand] === true;
+}
+
+/**
+ * Why a store call failed, where the engine must tell failures apart:
+ * - `unavailable`: the store could not be reached or did not answer (connection
+ *   refused or lost, a server-side timeout, a server loading or failing over).
+ *   The only failure `onStoreError: 'fail-open'` lets a request run unprotected.
+ * - `contention`: concurrent calls on the same record kept conflicting
+ *   (serialization failures) after the store's own retries: the key is busy (409).
+ *
+ * Any other failure (a full memory store, a missing table, an unexpected
+ * reply) fails closed: 503, whatever `onStoreError` says.
+ */
+export type StoreFailureKind = 'unavailable' | 'contention';
+
+const failureKind = Symbol.for('trpc-idempotency.store-failure');
+
+/**
+ * Marks `error` as a store failure of `kind`, for store authors: throw what it
+ * returns. A frozen or non-object error is wrapped (as the returned error's `cause`).
+ */
+export function storeFailure(kind: StoreFailureKind, error: unknown): Error {
+  if (error instanceof Error && Object.isExtensible(error)) {
+    Object.defineProperty(error, failureKind, { value: kind, enumerable: false, configurable: true });
+    return error;
+  }
+  const wrapped = new Error(error instanceof Error ? error.message : String(error), { cause: error });
+  Object.defineProperty(wrapped, failureKind, { value: kind, enumerable: false, configurable: true });
+  return wrapped;
+}
+
+/** The kind a store gave a failure with {@link storeFailure}, if any. */
+export function storeFailureKind(error: unknown): StoreFailureKind | undefined {
+  return typeof error === 'object' && error !== null ? ((error as Record<symbol, StoreFailureKind | undefined>)[failureKind] ?? undefined) : undefined;
 }

@@ -18,6 +18,8 @@ export type IdempotencyEventResult =
   | 'lease_lost'
   /** The claim was renewed while the operation ran (every `lockTtl / 3`). */
   | 'renewed'
+  /** A bounded store (the memory store) dropped a finished record before its ttl to make room: a retry of that key would run again. */
+  | 'evicted'
   /** A store call failed or timed out (`operation` says which). */
   | 'store_error'
   /** The operation ran without protection: fail-open, or no key and not required. */
@@ -45,7 +47,10 @@ export interface IdempotencyEvent {
   durationMs: number;
   /**
    * For `released`, `rejected`, `unprotected`, `lease_lost`: why. On `completed`
-   * and `replayed`: `unreplayable` for an outcome that ran but could not be stored.
+   * and `replayed`: `unreplayable` or `response_too_large` for an outcome that
+   * ran but could not be stored (a marker is stored instead); `completed_late`
+   * on `completed` for a completion that landed after a store failure. On
+   * `store_error` of a completion: `gave_up` when every attempt failed.
    */
   reason?: string;
   /** For `completed`: which outcome was stored; for `replayed`: which was replayed (a result or an error). */

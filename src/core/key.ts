@@ -78,3 +78,9 @@ function escapePart(part: string): string {
 export function recordId(scope: string | undefined, name: string, key: string): string {
   return `${scope === undefined ? '' : escapePart(scope)}:${escapePart(name)}:${escapePart(key)}`;
 }
+
+/** The operation name inside a record id (for events about a record known only by its id). */
+export function nameOfRecordId(id: string): string {
+  const name = id.split(':')[1] ?? '';
+  return name.includes('%') ? name.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16))) : name;
+}

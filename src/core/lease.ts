@@ -19,6 +19,8 @@ export interface Lease {
    */
   readonly signal: AbortSignal;
   stop(): void;
+  /** True once the claim was lost (and `onLost` called). */
+  wasLost(): boolean;
 }
 
 /**
@@ -71,6 +73,7 @@ export function startLease(options: LeaseOptions): Lease {
 
   const lease = {
     stop,
+    wasLost: () => lostWith !== undefined,
     [makeSignal]: () => {
       if (controller === undefined) {
         controller = new AbortController();

@@ -16,6 +16,7 @@ export interface IdempotencyPolicyOptions {
    * How long a claim lives without renewal, in milliseconds. A crashed holder
    * blocks its key for at most this long. It is renewed every `lockTtl / 3`
    * while the operation runs, so it need not exceed the operation's duration.
+   * At most 2^31 - 1 (a Node.js timer's limit), and at least 3 x `storeTimeout`.
    * @default 30_000
    */
   lockTtl?: number;
@@ -46,6 +47,7 @@ export interface IdempotencyPolicyOptions {
   /**
    * Field names left out of the fingerprint at any depth, for values that
    * change between retries without changing the operation (timestamps, nonces).
+   * Names, not paths: `'requestId'` leaves out every field of that name.
    * @default []
    */
   excludeFields?: readonly string[];
@@ -81,6 +83,8 @@ export const DEFAULT_POLICY = Object.freeze({
 export interface ResolvedPolicy {
   readonly ttl: number;
   readonly lockTtl: number;
+  /** The store timeout of this policy's calls: the engine's, or by default at most lockTtl / 3. */
+  readonly storeTimeout: number;
   readonly inFlight: InFlightPolicy;
   readonly waitTimeout: number;
   readonly onStoreError: StoreErrorPolicy;
@@ -90,13 +94,19 @@ export interface ResolvedPolicy {
   readonly maxRunTime: number | undefined;
 }
 
+/** The default `storeTimeout`, in ms, lowered to lockTtl / 3 for a shorter lockTtl. */
+export const DEFAULT_STORE_TIMEOUT = 1_000;
+
+/** The longest delay a Node.js timer keeps (about 24.8 days); a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * Merges `overrides` over `base` and validates the result. Throws
  * {@link IdempotencyConfigError} with what to change; it runs when the engine
  * or a procedure is created, never per request.
  */
 export function resolvePolicy(
-  base: IdempotencyPolicyOptions,
+  base: IdempotencyPolicyOptions & { storeTimeout?: number | undefined },
   overrides: IdempotencyPolicyOptions = {},
   where = 'idempotency options',
 ): ResolvedPolicy {
@@ -111,10 +121,18 @@ export function resolvePolicy(
   const excludeFields = pick('excludeFields');
   const transaction = pick('transaction');
   const maxRunTime = overrides.maxRunTime ?? base.maxRunTime;
-  if (maxRunTime !== undefined) positiveMs(maxRunTime, 'maxRunTime', where);
+  if (maxRunTime !== undefined) timerMs(maxRunTime, 'maxRunTime', where);
 
   positiveMs(ttl, 'ttl', where);
-  positiveMs(lockTtl, 'lockTtl', where);
+  timerMs(lockTtl, 'lockTtl', where);
+  const storeTimeout = base.storeTimeout ?? Math.min(DEFAULT_STORE_TIMEOUT, Math.max(Math.floor(lockTtl / 3), 1));
+  timerMs(storeTimeout, 'storeTimeout', where);
+  if (storeTimeout > lockTtl / 3) {
+    throw new IdempotencyConfigError(
+      `${where}: storeTimeout (${storeTimeout} ms) is more than a third of lockTtl (${lockTtl} ms). The claim is renewed every lockTtl / 3, ` +
+        'and each renewal must get its answer (or time out) before the next is due, or a lost claim is noticed too late. Raise lockTtl or lower storeTimeout.',
+    );
+  }
   if (lockTtl > ttl) {
     throw new IdempotencyConfigError(
       `${where}: lockTtl (${lockTtl} ms) is longer than ttl (${ttl} ms). A claim must not outlive the stored outcome; lower lockTtl or raise ttl.`,
@@ -123,8 +141,10 @@ export function resolvePolicy(
   if (inFlight !== 'reject' && inFlight !== 'wait') {
     throw new IdempotencyConfigError(`${where}: inFlight must be 'reject' or 'wait', got ${JSON.stringify(inFlight)}.`);
   }
-  if (!Number.isFinite(waitTimeout) || waitTimeout < 0) {
-    throw new IdempotencyConfigError(`${where}: waitTimeout must be a number of milliseconds >= 0, got ${String(waitTimeout)}.`);
+  if (typeof waitTimeout !== 'number' || !Number.isFinite(waitTimeout) || waitTimeout < 0 || waitTimeout > MAX_TIMER_MS) {
+    throw new IdempotencyConfigError(
+      `${where}: waitTimeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (2^31 - 1, a Node.js timer's limit), got ${String(waitTimeout)}.`,
+    );
   }
   if (onStoreError !== 'fail-closed' && onStoreError !== 'fail-open') {
     throw new IdempotencyConfigError(
@@ -134,8 +154,16 @@ export function resolvePolicy(
   if (!Number.isInteger(maxResponseBytes) || maxResponseBytes <= 0) {
     throw new IdempotencyConfigError(`${where}: maxResponseBytes must be a positive integer, got ${String(maxResponseBytes)}.`);
   }
-  if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string')) {
-    throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (strings).`);
+  if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string' || f === '')) {
+    throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (non-empty strings).`);
+  }
+  const path = excludeFields.find((f) => f.includes('.'));
+  if (path !== undefined) {
+    const leaf = path.slice(path.lastIndexOf('.') + 1);
+    throw new IdempotencyConfigError(
+      `${where}: excludeFields takes field names, each left out at any depth, not paths: ${JSON.stringify(path)} would exclude nothing. ` +
+        `Write ${JSON.stringify(leaf)} to leave out every field of that name.`,
+    );
   }
   if (typeof transaction !== 'boolean') {
     throw new IdempotencyConfigError(`${where}: transaction must be true or false, got ${JSON.stringify(transaction)}.`);
@@ -145,12 +173,23 @@ export function resolvePolicy(
     maxRunTime,
     ttl,
     lockTtl,
+    storeTimeout,
     inFlight,
     waitTimeout,
     onStoreError,
     maxResponseBytes,
     exclude: excludeFields.length > 0 ? new Set(excludeFields) : undefined,
   });
+}
+
+/** A positive number of ms that a Node.js timer can wait. */
+export function timerMs(value: unknown, name: string, where: string): asserts value is number {
+  positiveMs(value, name, where);
+  if (value > MAX_TIMER_MS) {
+    throw new IdempotencyConfigError(
+      `${where}: ${name} must be at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days: a Node.js timer's limit), got ${String(value)}.`,
+    );
+  }
 }
 
 export function positiveMs(value: unknown, name: string, where: string): asserts value is number {

@@ -26,19 +26,51 @@ export interface ClaimInput {
    * (see {@link IdempotencyStore.onSettled}) remember to do so.
    */
   waiting?: boolean;
+  /**
+   * The latest time the claim may take effect, in the store's own clock (ms
+   * since the epoch; see {@link ClaimAnswer.time}). A claim that reaches the
+   * store later (it waited in a driver's offline queue while its caller gave
+   * up) changes nothing and answers `late`. Absent: no deadline.
+   */
+  deadline?: number;
 }
 
-export type ClaimResult =
-  /** The record was absent or expired: the caller now holds the claim. */
-  | { state: 'acquired' }
-  /** Another caller holds a live claim. */
-  | { state: 'in_progress'; fingerprint: string }
+/** What every claim answer carries besides its state. */
+export interface ClaimAnswer {
   /**
-   * The operation finished earlier. `body` is omitted when the stored
-   * fingerprint differs from the claimant's (the engine will refuse the
-   * request, so there is no point in shipping the body).
+   * The store's clock when it handled the claim, in ms since the epoch. The
+   * engine learns from it how the store's clock relates to its own, to
+   * express `deadline` in the store's clock. Absent: the engine sends no deadline.
    */
-  | { state: 'completed' | 'failed'; fingerprint: string; body?: string };
+  time?: number;
+}
+
+export type ClaimResult = ClaimAnswer &
+  (
+    /**
+     * The record was absent or expired, or is the live claim of this very
+     * token (a claim sent again by a driver after a reconnect): the caller
+     * now holds the claim, for `lockTtl` from now.
+     */
+    | { state: 'acquired' }
+    /** Another caller holds a live claim. */
+    | { state: 'in_progress'; fingerprint: string }
+    /**
+     * The operation finished earlier. `body` is omitted when the stored
+     * fingerprint differs from the claimant's (the engine will refuse the
+     * request, so there is no point in shipping the body).
+     */
+    | { state: 'completed' | 'failed'; fingerprint: string; body?: string }
+    /** The claim arrived after its `deadline`: nothing was read or changed. */
+    | { state: 'late' }
+  );
+
+/**
+ * What {@link IdempotencyStore.complete} did: `stored` the outcome; or not,
+ * because another token's claim is live (`held`: it may still be released,
+ * so trying again can succeed) or another outcome is stored (`finished`).
+ */
+export type CompleteResult = 'stored' | 'held' | 'finished';
 
 export interface CompleteInput {
   id: string;
@@ -73,7 +105,7 @@ export interface StoreTransaction {
   /** The driver's transaction (a Drizzle transaction for the Drizzle store). */
   readonly handle: unknown;
   /** As {@link IdempotencyStore.complete}, inside the transaction. */
-  complete(input: CompleteInput): Promise<boolean>;
+  complete(input: CompleteInput): Promise<CompleteResult>;
 }
 
 export interface IdempotencyStore {
@@ -88,10 +120,15 @@ export interface IdempotencyStore {
   /**
    * Stores the outcome if `token` still holds the claim, or if the record is
    * absent or expired (no one else holds or ran it: it expired, was evicted or
-   * lost in a restart). Returns false if another claim or outcome is there.
+   * lost in a restart). Sent twice by the same token, the second answer is
+   * `stored` again without change. Any body string is kept as it is.
    */
-  complete(input: CompleteInput): Promise<boolean>;
-  /** Deletes the claim if `token` still holds it, so the key can be retried. */
+  complete(input: CompleteInput): Promise<CompleteResult>;
+  /**
+   * Deletes the claim if `token` still holds it (live and in progress), so the
+   * key can be retried. Returns false otherwise, including for a claim that
+   * expired with no one taking it over.
+   */
   release(input: FencedInput): Promise<boolean>;
   /** Renews the claim if `token` still holds it. Returns false if the claim was lost. */
   extend(input: ExtendInput): Promise<boolean>;
@@ -102,6 +139,12 @@ export interface IdempotencyStore {
    * notifications (or a lost message) only delays a waiter.
    */
   onSettled?(id: string, listener: () => void): Promise<() => void>;
+  /**
+   * Optional: calls `listener` with the id of each finished record the store
+   * drops before its ttl to make room (a bounded store under pressure): a
+   * retry of that key would run the operation again. Returns the unsubscribe function.
+   */
+  onEvicted?(listener: (id: string) => void): () => void;
   /**
    * Optional: runs `fn` in a database transaction that commits when `fn`
    * resolves and rolls back when it throws. Stores that have it support

@@ -1,10 +1,11 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
 import type {
   ClaimInput,
   ClaimResult,
   CompleteInput,
+  CompleteResult,
   ExtendInput,
   FencedInput,
   IdempotencyStore,
@@ -70,14 +71,50 @@ function sanitize(error: unknown): Error {
   const driverError = error instanceof Error && error.cause instanceof Error ? error.cause : quotesQuery ? undefined : error;
   if (driverError === undefined) return new Error('drizzleStore: a query failed (the driver gave no reason).');
   const message = driverError instanceof Error ? driverError.message : String(driverError);
-  return new Error(`drizzleStore: ${message}`, { cause: driverError });
+  const sanitized = new Error(`drizzleStore: ${message}`, { cause: driverError });
+  return isOutage(driverError) ? storeFailure('unavailable', sanitized) : sanitized;
 }
 
-const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
+/** SQLSTATE of a serialization failure or a deadlock: the statement can simply run again. */
+function isConflict(error: Error): boolean {
+  const code = (error.cause as { code?: unknown } | undefined)?.code;
+  return code === '40001' || code === '40P01';
+}
 
-// A claim that finds no row it may return has met a race whose winner its
-// snapshot cannot see (see CLAIM below); it is retried this many times.
-const CLAIM_ATTEMPTS = 5;
+/**
+ * The server cannot be reached or cannot serve now: connection errors
+ * (SQLSTATE class 08, socket errors, the drivers' own), shutdowns and restarts
+ * (57P01-57P03), too many connections (53300), and timeouts (a statement or
+ * lock timeout: 57014, 55P03).
+ */
+function isOutage(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof code === 'string') {
+    if (code.startsWith('08') || /^(57P0[123]|53300|57014|55P03)$/.test(code)) return true;
+    if (/^E[A-Z]+$/.test(code) || code.startsWith('CONNECT')) return true; // ECONNREFUSED, ECONNRESET...; postgres-js CONNECTION_*
+  }
+  return typeof message === 'string' && /connection|terminated|timeout exceeded when trying to connect|not queryable/i.test(message);
+}
+
+/**
+ * PostgreSQL `text` cannot hold NUL: a body with one is stored as \u0001 and
+ * its UTF-8 in base64 (as is a body that starts with \u0001, so that reading
+ * is never ambiguous). No JSON text does either, so the common case costs a scan.
+ */
+const encodeBody = (body: string): string =>
+  body.charCodeAt(0) === 1 || body.includes('\u0000') ? `\u0001${Buffer.from(body).toString('base64')}` : body;
+const decodeBody = (stored: string): string => (stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored);
+
+const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
+/** The server's clock, in ms since the epoch. */
+const NOW_MS = sql`(extract(epoch from statement_timestamp()) * 1000)::float8`;
+
+// A claim or completion whose follow-up read finds no row has met a race whose
+// winner its snapshot cannot see (see claimQuery); it runs again this many times.
+const SNAPSHOT_ATTEMPTS = 5;
+// Serialization failures (REPEATABLE READ, SERIALIZABLE) are retried this many
+// times, with a short jittered pause, before the key counts as contended.
+const CONFLICT_ATTEMPTS = 10;
 
 /**
  * A store on PostgreSQL through Drizzle. Each transition is one statement,
@@ -91,72 +128,107 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
   if (db === undefined || db === null || typeof (db as AnyPgDatabase).execute !== 'function' || typeof (db as AnyPgDatabase).transaction !== 'function') {
     throw new IdempotencyConfigError('drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).');
   }
-  const run = async (executor: AnyPgDatabase, query: SQL) => {
-    try {
-      return rowsOf(await executor.execute(query));
-    } catch (error) {
-      throw sanitize(error);
+  /** One statement on `executor`; outside a transaction, a serialization failure runs it again. */
+  const run = async (executor: AnyPgDatabase, query: SQL, retryConflicts = executor === db) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return rowsOf(await executor.execute(query));
+      } catch (error) {
+        const sanitized = sanitize(error);
+        if (!isConflict(sanitized)) throw sanitized;
+        // Inside a transaction the whole transaction failed: only its owner can run it again.
+        if (!retryConflicts) throw sanitized;
+        if (attempt >= CONFLICT_ATTEMPTS) throw storeFailure('contention', sanitized);
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
+      }
     }
   };
 
   /**
-   * One statement: insert the claim, or take over a row that has expired; if
-   * neither, read the live row. In READ COMMITTED the plain SELECT sees the
-   * statement's snapshot, so when a concurrent claim committed after it began
-   * (the INSERT waited for it and found it live) the row is invisible and
-   * nothing comes back: the caller then runs the statement again.
+   * One statement: insert the claim, or take over a row that has expired (or
+   * is this token's own live claim); if neither, read the live row. A claim
+   * past its deadline does neither and answers `late`. In READ COMMITTED the
+   * plain SELECT sees the statement's snapshot, so when a concurrent claim
+   * committed after it began (the INSERT waited for it and found it live) the
+   * row is invisible and nothing comes back: the caller then runs it again.
    */
-  const claimQuery = ({ id, fingerprint, token, lockTtl }: ClaimInput) => sql`
-    with claimed as (
+  const claimQuery = ({ id, fingerprint, token, lockTtl, deadline }: ClaimInput) => sql`
+    with late as (
+      select 1 where ${NOW_MS} > ${deadline ?? null}::float8
+    ), claimed as (
       insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-      values (${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp())
+      select ${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp()
+       where not exists (select 1 from late)
       on conflict (id) do update
         set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
             expires_at = excluded.expires_at, created_at = excluded.created_at
-        where k.expires_at <= statement_timestamp()
+        where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
       returning 1
     )
-    select 'acquired' as outcome, null as state, null as fingerprint, null as body from claimed
+    select 'acquired' as outcome, null as state, null as fingerprint, null as body, ${NOW_MS} as time from claimed
     union all
-    select 'found', state, fingerprint, case when fingerprint = ${fingerprint} then body end
+    select 'late', null, null, null, ${NOW_MS} from late
+    union all
+    select 'found', state, fingerprint, case when fingerprint = ${fingerprint} then body end, ${NOW_MS}
       from idempotency_keys
-     where id = ${id} and expires_at > statement_timestamp() and not exists (select 1 from claimed)`;
+     where id = ${id} and expires_at > statement_timestamp() and not exists (select 1 from claimed) and not exists (select 1 from late)`;
 
   // Stores the outcome if the token holds the claim, or if the row is absent
   // or expired (purged, or expired with no one taking it over): no one else
-  // holds or ran it. Another live claim or outcome wins. The token stays on
-  // the row, so a completion sent twice by the same holder succeeds again.
+  // holds or ran it. Another live claim or outcome wins, and the read after it
+  // says which (nothing comes back if it committed after the statement began:
+  // the caller runs it again). The token stays on the row, so a completion
+  // sent twice by the same holder succeeds again.
   const completeQuery = ({ id, fingerprint, token, state, body, ttl }: CompleteInput) => sql`
-    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-    values (${id}, ${state}, ${fingerprint}, ${token}, ${body}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
-    on conflict (id) do update
-      set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
-          expires_at = excluded.expires_at
-      where k.token = ${token} or k.expires_at <= statement_timestamp()
-    returning 1`;
+    with stored as (
+      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+      values (${id}, ${state}, ${fingerprint}, ${token}, ${encodeBody(body)}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
+      on conflict (id) do update
+        set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
+            expires_at = excluded.expires_at
+        where k.token = ${token} or k.expires_at <= statement_timestamp()
+      returning 1
+    )
+    select 'stored' as result from stored
+    union all
+    select case when state = 'in_progress' then 'held' else 'finished' end
+      from idempotency_keys where id = ${id} and not exists (select 1 from stored)`;
+
+  const complete = async (executor: AnyPgDatabase, input: CompleteInput): Promise<CompleteResult> => {
+    for (let attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
+      const [row] = await run(executor, completeQuery(input));
+      if (row !== undefined) return row.result as CompleteResult;
+    }
+    // The row that refused it is there, only not yet visible: another claim's.
+    return 'held';
+  };
 
   return {
     name: 'postgresql',
     async claim(input: ClaimInput): Promise<ClaimResult> {
-      for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+      for (let attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
         const [row] = await run(db, claimQuery(input));
         if (row === undefined) continue;
-        if (row.outcome === 'acquired') return { state: 'acquired' };
+        const time = Number(row.time);
+        if (row.outcome === 'acquired') return { state: 'acquired', time };
+        if (row.outcome === 'late') return { state: 'late', time };
         const fingerprint = String(row.fingerprint);
-        if (row.state === 'in_progress') return { state: 'in_progress', fingerprint };
+        if (row.state === 'in_progress') return { state: 'in_progress', time, fingerprint };
         const state = row.state as 'completed' | 'failed';
-        return row.body === null || row.body === undefined ? { state, fingerprint } : { state, fingerprint, body: String(row.body) };
+        return row.body === null || row.body === undefined
+          ? { state, time, fingerprint }
+          : { state, time, fingerprint, body: decodeBody(String(row.body)) };
       }
-      throw new Error(`drizzleStore: the claim did not settle after ${CLAIM_ATTEMPTS} attempts under contention.`);
+      throw storeFailure('contention', new Error(`drizzleStore: the claim did not settle after ${SNAPSHOT_ATTEMPTS} attempts under contention.`));
     },
 
-    async complete(input: CompleteInput): Promise<boolean> {
-      return (await run(db, completeQuery(input))).length === 1;
-    },
+    complete: (input: CompleteInput) => complete(db, input),
 
     async release({ id, token }: FencedInput): Promise<boolean> {
       const rows = await run(db, sql`
-        delete from idempotency_keys where id = ${id} and token = ${token} and state = 'in_progress' returning 1`);
+        delete from idempotency_keys
+         where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
+        returning 1`);
       return rows.length === 1;
     },
 
@@ -172,7 +244,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       return db.transaction((tx) =>
         fn({
           handle: tx,
-          complete: async (input) => (await run(tx as AnyPgDatabase, completeQuery(input))).length === 1,
+          complete: (input) => complete(tx as AnyPgDatabase, input),
         }),
       );
     },

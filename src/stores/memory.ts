@@ -3,6 +3,7 @@ import type {
   ClaimInput,
   ClaimResult,
   CompleteInput,
+  CompleteResult,
   ExtendInput,
   FencedInput,
   IdempotencyStore,
@@ -12,15 +13,16 @@ import type {
 export interface MemoryStoreOptions {
   /**
    * The most records kept. When full, expired records go first, then the
-   * oldest finished ones. Live claims are never evicted (that would let a
-   * duplicate run): a store full of them refuses new claims, which the engine
-   * treats as a store failure.
+   * oldest finished ones, before their ttl (each eviction is an `evicted`
+   * event: a retry of that key would run again). Live claims are never evicted
+   * (that would let a duplicate run): a store full of them refuses new claims,
+   * which the engine answers with 503. Size it to the keys written per `ttl`.
    * @default 10_000
    */
   maxEntries?: number;
   /**
    * How often expired records are swept, in milliseconds (they are also
-   * ignored the moment they expire).
+   * ignored the moment they expire). At most 2^31 - 1.
    * @default 60_000
    */
   sweepInterval?: number;
@@ -59,9 +61,18 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   if (!Number.isInteger(maxEntries) || maxEntries < 1) {
     throw new IdempotencyConfigError(`memoryStore: maxEntries must be a positive integer, got ${String(maxEntries)}.`);
   }
+  if (typeof sweepInterval !== 'number' || !(sweepInterval > 0) || sweepInterval > 2 ** 31 - 1) {
+    throw new IdempotencyConfigError(
+      `memoryStore: sweepInterval must be a number of ms from 1 to ${2 ** 31 - 1} (a Node.js timer's limit), got ${String(sweepInterval)}.`,
+    );
+  }
+  if (typeof now !== 'function') {
+    throw new IdempotencyConfigError(`memoryStore: now must be a function that returns the time in ms, got ${typeof now}.`);
+  }
   // Insertion order is age order: a record is re-inserted when it completes.
   const records = new Map<string, MemoryRecord>();
   const listeners = new Map<string, Set<() => void>>();
+  const evictionListeners = new Set<(id: string) => void>();
 
   // No record expires before this (a lower bound, kept on every write): until
   // then a sweep would find nothing, so a full store does not scan all its
@@ -113,6 +124,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         const [id, rec] = next.value;
         if (rec.state !== 'in_progress') {
           records.delete(id);
+          for (const listener of evictionListeners) listener(id);
           return;
         }
       }
@@ -133,34 +145,41 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return records.size;
     },
 
-    async claim({ id, fingerprint, token, lockTtl }: ClaimInput): Promise<ClaimResult> {
-      const t = now();
-      const rec = live(id, t);
+    async claim({ id, fingerprint, token, lockTtl, deadline }: ClaimInput): Promise<ClaimResult> {
+      const time = now();
+      if (deadline !== undefined && time > deadline) return { state: 'late', time };
+      const rec = live(id, time);
       if (rec === undefined) {
         makeRoom();
-        records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt: t + lockTtl });
-        expiring(t + lockTtl);
-        return { state: 'acquired' };
+        records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt: time + lockTtl });
+        expiring(time + lockTtl);
+        return { state: 'acquired', time };
       }
-      if (rec.state === 'in_progress') return { state: 'in_progress', fingerprint: rec.fingerprint };
+      if (rec.state === 'in_progress') {
+        if (rec.token !== token) return { state: 'in_progress', time, fingerprint: rec.fingerprint };
+        // This token's own claim, sent again: it holds it.
+        rec.expiresAt = time + lockTtl;
+        expiring(rec.expiresAt);
+        return { state: 'acquired', time };
+      }
       return rec.fingerprint === fingerprint
-        ? { state: rec.state, fingerprint: rec.fingerprint, body: rec.body }
-        : { state: rec.state, fingerprint: rec.fingerprint };
+        ? { state: rec.state, time, fingerprint: rec.fingerprint, body: rec.body }
+        : { state: rec.state, time, fingerprint: rec.fingerprint };
     },
 
-    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<boolean> {
+    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {
       const t = now();
       const rec = live(id, t);
       // Held by this token, or absent (expired, evicted): no one else holds or ran it.
-      if (rec !== undefined && rec.token !== token) return false;
+      if (rec !== undefined && rec.token !== token) return rec.state === 'in_progress' ? 'held' : 'finished';
       // Already stored by this very claim: a completion sent twice.
-      if (rec !== undefined && rec.state !== 'in_progress') return true;
+      if (rec !== undefined && rec.state !== 'in_progress') return 'stored';
       if (rec === undefined) makeRoom();
       records.delete(id);
       records.set(id, { state, fingerprint, token, body, expiresAt: t + ttl });
       expiring(t + ttl);
       notify(id);
-      return true;
+      return 'stored';
     },
 
     async release({ id, token }: FencedInput): Promise<boolean> {
@@ -187,6 +206,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         set.delete(listener);
         if (set.size === 0 && listeners.get(id) === set) listeners.delete(id);
       };
+    },
+
+    onEvicted(listener: (id: string) => void) {
+      evictionListeners.add(listener);
+      return () => void evictionListeners.delete(listener);
     },
 
     close() {

@@ -25,23 +25,30 @@ function script(source: string): RedisScript {
 
 /**
  * KEYS[1] record key
- * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait
- * Returns {'a'} when claimed; {'p', fingerprint} when in flight; {state, fingerprint[, body]}
- * when finished, the body only if the fingerprints match (no point shipping it otherwise).
+ * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
+ * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
+ * Every reply carries Redis's time (ms) second. Returns {'l', time} when the deadline has
+ * passed (nothing read or changed: the caller gave up); {'a', time} when claimed (the record
+ * was absent, or is this token's own live claim, sent again by the client after a reconnect);
+ * {'p', time, fingerprint} when in flight; {state, time, fingerprint[, body]} when finished,
+ * the body only if the fingerprints match (no point shipping it otherwise).
  */
 export const CLAIM = script(`
-local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b')
-if not rec[1] then
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't')
+if not rec[1] or (rec[1] == 'p' and rec[4] == ARGV[1]) then
   redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {'a'}
+  return {'a', now}
 end
 if rec[1] == 'p' then
   if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', '1') end
-  return {'p', rec[2]}
+  return {'p', now, rec[2]}
 end
-if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
-return {rec[1], rec[2], rec[3]}
+if rec[2] ~= ARGV[2] then return {rec[1], now, rec[2]} end
+return {rec[1], now, rec[2], rec[3]}
 `);
 
 /**
@@ -52,12 +59,15 @@ return {rec[1], rec[2], rec[3]}
  * Stores the outcome if the token holds the claim, or if the record is gone (expired,
  * evicted, lost in a restart: no one else holds or ran it). The token stays on the record,
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
- * change. Returns 1 if stored, 0 if another claim or outcome is there.
+ * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
  */
 export const COMPLETE = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] then
-  if rec[2] ~= ARGV[1] then return 0 end
+  if rec[2] ~= ARGV[1] then
+    if rec[1] == 'p' then return 2 end
+    return 0
+  end
   if rec[1] ~= 'p' then return 1 end
   redis.call('HDEL', KEYS[1], 'w')
 end

@@ -1,9 +1,10 @@
 import type { Cluster, Redis } from 'ioredis';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
 import type {
   ClaimInput,
   ClaimResult,
   CompleteInput,
+  CompleteResult,
   ExtendInput,
   FencedInput,
   IdempotencyStore,
@@ -37,6 +38,24 @@ export interface RedisStore extends IdempotencyStore {
 }
 
 const STATES = { c: 'completed', f: 'failed' } as const;
+const COMPLETED: readonly CompleteResult[] = ['finished', 'stored', 'held'];
+
+/**
+ * Error replies that mean the server cannot serve now rather than a fault of
+ * the command: loading its data, a cluster or replica not ready, a script
+ * still running, a replica promoted or demoted.
+ */
+const OUTAGE_REPLIES = /^(LOADING|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|READONLY|NOREPLICAS)\b/;
+
+/**
+ * ioredis rejects with a `ReplyError` when Redis answered with an error, and
+ * with other errors (connection closed, retries exhausted, every cluster node
+ * failed) when it could not get an answer: those are outages.
+ */
+function classify(error: unknown): unknown {
+  const reply = error instanceof Error && error.name === 'ReplyError';
+  return !reply || OUTAGE_REPLIES.test((error as Error).message) ? storeFailure('unavailable', error) : error;
+}
 
 /**
  * A store on Redis. Each transition is one Lua script sent as EVALSHA (EVAL
@@ -58,13 +77,17 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
   async function run(s: RedisScript, key: string, args: (string | number)[]): Promise<unknown> {
     try {
-      return await client.evalsha(s.sha, 1, key, ...args);
-    } catch (error) {
-      // The script cache is empty after a restart or failover: send the source once.
-      if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
-        return client.eval(s.source, 1, key, ...args);
+      try {
+        return await client.evalsha(s.sha, 1, key, ...args);
+      } catch (error) {
+        // The script cache is empty after a restart or failover: send the source once.
+        if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
+          return await client.eval(s.source, 1, key, ...args);
+        }
+        throw error;
       }
-      throw error;
+    } catch (error) {
+      throw classify(error);
     }
   }
 
@@ -103,22 +126,26 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     name: 'redis',
     keyOf,
 
-    async claim({ id, fingerprint, token, lockTtl, waiting }: ClaimInput): Promise<ClaimResult> {
-      const reply = (await run(CLAIM, keyOf(id), [token, fingerprint, Math.ceil(lockTtl), waiting ? '1' : '0'])) as string[];
-      const state = reply[0];
-      if (state === 'a') return { state: 'acquired' };
-      if (state === 'p') return { state: 'in_progress', fingerprint: reply[1]! };
+    async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
+      const args = [token, fingerprint, Math.ceil(lockTtl), waiting ? '1' : '0', deadline === undefined ? '' : Math.floor(deadline)];
+      const reply = (await run(CLAIM, keyOf(id), args)) as [string, number, string?, string?];
+      const [state, time] = reply;
+      if (state === 'a') return { state: 'acquired', time };
+      if (state === 'p') return { state: 'in_progress', time, fingerprint: reply[2]! };
+      if (state === 'l') return { state: 'late', time };
       const finished = STATES[state as keyof typeof STATES];
       if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
-      return reply.length > 2
-        ? { state: finished, fingerprint: reply[1]!, body: reply[2]! }
-        : { state: finished, fingerprint: reply[1]! };
+      return reply.length > 3
+        ? { state: finished, time, fingerprint: reply[2]!, body: reply[3]! }
+        : { state: finished, time, fingerprint: reply[2]! };
     },
 
-    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<boolean> {
+    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
       const reply = await run(COMPLETE, key, [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key]);
-      return reply === 1;
+      const result = COMPLETED[reply as number];
+      if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
+      return result;
     },
 
     async release({ id, token }: FencedInput): Promise<boolean> {

@@ -10,7 +10,7 @@ import { startTcpProxy } from '../helpers/proxy.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
 import { type Instance, pay, startInstance } from './helpers.js';
 
-const LOCK_TTL = 1_500;
+const LOCK_TTL = 3_000; // storeTimeout is then 1 s (lockTtl / 3)
 const redis = connectRedis();
 afterAll(() => redis.disconnect());
 

@@ -36,14 +36,14 @@ beforeAll(async () => {
   redis = new Redis({ port: redisServer.port });
 });
 afterAll(async () => {
-  console.info(`[outputs] ${cases} property cases: ${outcomes.stored} stored and replayed, ${outcomes.refused} refused and released`);
+  console.info(`[outputs] ${cases} property cases: ${outcomes.stored} stored and replayed, ${outcomes.refused} too large (answered once, then refused)`);
   for (const close of closers.reverse()) await close();
   redis?.disconnect();
   await redisServer?.stop();
 });
 
 describe('oversized outputs', () => {
-  it('property: an output is stored and replayed exactly when its UTF-8 size fits maxResponseBytes, else refused and the key released', async () => {
+  it('property: an output is stored and replayed exactly when its UTF-8 size fits maxResponseBytes; else its caller gets it and retries are refused, never run again', async () => {
     const MAX = 2_000;
     const engine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix: 'out:' }), maxResponseBytes: MAX });
     const threeByte = fc.integer({ min: 0x800, max: 0xd7ff }).map((c) => String.fromCharCode(c));
@@ -70,10 +70,11 @@ describe('oversized outputs', () => {
           expect(await call()).toEqual({ value: { output }, replayed: true });
           expect(runs).toBe(1);
         } else {
+          // it ran: its caller gets the result; it was not stored, so a retry is refused rather than run again
+          expect(await call()).toEqual({ value: { output }, replayed: false });
           await expect(call()).rejects.toMatchObject({ reason: 'response_too_large' });
-          // released: the retry runs again (and is refused again)
           await expect(call()).rejects.toMatchObject({ reason: 'response_too_large' });
-          expect(runs).toBe(2);
+          expect(runs).toBe(1);
         }
       }),
       { numRuns: 200 },
@@ -112,7 +113,7 @@ describe('oversized outputs', () => {
       return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() };
     };
 
-    it('an output of exactly 1 MiB is stored and replayed byte for byte; one byte more is refused and released', async () => {
+    it('an output of exactly 1 MiB is stored and replayed byte for byte; one byte more reaches its caller, and its retry is refused', async () => {
       const exact = DEFAULT_POLICY.maxResponseBytes - 2; // the stored form is the JSON string, quotes included
       const key = randomUUID();
       const first = await report(key, exact);
@@ -123,20 +124,24 @@ describe('oversized outputs', () => {
 
       const over = randomUUID();
       const before = executions;
+      const answered = await report(over, exact + 1);
+      expect(answered).toMatchObject({ status: 200, replayed: null });
+      expect(JSON.parse(answered.text).result.data).toHaveLength(exact + 1);
+      expect(events).toContainEqual(expect.objectContaining({ result: 'completed', reason: 'response_too_large' }));
       const refused = await report(over, exact + 1);
       expect(refused.status).toBe(500);
       expect(JSON.parse(refused.text).error.data.idempotency.reason).toBe('response_too_large');
-      expect(events).toContainEqual(expect.objectContaining({ result: 'released', reason: 'response_too_large' }));
-      expect((await report(over, exact + 1)).status).toBe(500);
-      expect(executions - before).toBe(2);
+      expect(executions - before).toBe(1);
     });
 
-    it('a 20 MB output: 500 response_too_large, nothing stored, the server stays healthy', async () => {
+    it('a 20 MB output: it reaches its caller, its retry gets 500 response_too_large, the server stays healthy', async () => {
       const key = randomUUID();
+      const answered = await report(key, 20_000_000);
+      expect(answered.status).toBe(200);
+      expect(JSON.parse(answered.text).result.data).toHaveLength(20_000_000);
       const refused = await report(key, 20_000_000);
       expect(refused.status).toBe(500);
       expect(JSON.parse(refused.text).error.data.idempotency.reason).toBe('response_too_large');
-      expect(await redis.exists(`big:{:report:${key}}`)).toBe(0);
       expect((await fetch(`${server.url}/health`)).status).toBe(200);
     });
   });

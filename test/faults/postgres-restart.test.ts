@@ -16,7 +16,7 @@ import { sleep } from '../helpers/redis.js';
 import { type FaultApp, startFaultApp } from './helpers/app.js';
 import { conflictingResults, lostOutcomes, runLoad } from './helpers/load.js';
 
-const LOCK_TTL = 2_000;
+const LOCK_TTL = 3_000; // storeTimeout 1 s must be at most lockTtl / 3
 
 let server: PrivatePostgres;
 let pool: pg.Pool;

@@ -83,7 +83,7 @@ describe('seed scenarios through ioredis Cluster', () => {
       token: 'dead-holder',
       lockTtl: LOCK_TTL,
     });
-    expect(claimed).toEqual({ state: 'acquired' });
+    expect(claimed).toMatchObject({ state: 'acquired' });
     expect(await pay(apps[0]!.url, key, { amount: 7 })).toMatchObject({ status: 409 });
     await sleep(LOCK_TTL + 200);
     expect(await pay(apps[1]!.url, key, { amount: 7 })).toMatchObject({ status: 200, replayed: false });

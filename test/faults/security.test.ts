@@ -219,7 +219,8 @@ describe('events, logs, metrics and spans never carry a raw key, scope or payloa
       expect((await sendRaw(app.port, rawRequest({ path: '/pay', headers: [['Authorization', 'Bearer token-alice'], ['Idempotency-Key', canaryKey], ['Idempotency-Key', `${canaryKey}-2`]], body: JSON.stringify(input) }))).status).toBe(400); // sent twice
       expect((await at(`${canaryKey}-4xx`, { ...input, fail: '4xx' })).status).toBe(400); // completed as failed
       expect((await at(`${canaryKey}-5xx`, { ...input, fail: '5xx' })).status).toBe(500); // released
-      expect((await at(`${canaryKey}-big`, { ...input, big: true })).status).toBe(500); // released: too large
+      expect((await at(`${canaryKey}-big`, { ...input, big: true })).status).toBe(200); // completed: too large, a marker stored
+      expect((await at(`${canaryKey}-big`, { ...input, big: true })).status).toBe(500); // replayed: response_too_large
       expect((await pay(app.url, `${canaryKey}-slow`, { note: canaryNote } as never, { path: 'slow', headers: { authorization: 'Bearer token-alice' } })).status).toBe(200); // lease_lost
 
       // store errors: a Redis that is down (fail-closed and fail-open), a PostgreSQL query that fails

@@ -2,10 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle as drizzlePg, type NodePgDatabase } from 'drizzle-orm/node-postgres';
-import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
 import { drizzle as drizzlePglite, type PgliteDatabase } from 'drizzle-orm/pglite';
-import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import pg from 'pg';
+import { migrateIdempotencyKeys } from '../../src/drizzle.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const MIGRATIONS = fileURLToPath(new URL('../../drizzle', import.meta.url));
@@ -23,7 +22,7 @@ export interface PgSchema {
 
 /**
  * A schema of its own on the real server, migrated with the package's
- * migrations (drizzle-orm's migrator) unless `migrate` is false, so test
+ * migrations (migrateIdempotencyKeys) unless `migrate` is false, so test
  * files never see each other's rows.
  */
 export async function isolatedSchema(label: string, poolSize = 10, migrate = true): Promise<PgSchema> {
@@ -36,7 +35,7 @@ export async function isolatedSchema(label: string, poolSize = 10, migrate = tru
   const pool = new pg.Pool({ connectionString: url, max: poolSize });
   pool.on('error', () => {});
   const db = drizzlePg(pool);
-  if (migrate) await migratePg(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
+  if (migrate) await migrateIdempotencyKeys(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
   return {
     db,
     pool,
@@ -52,6 +51,18 @@ export async function isolatedSchema(label: string, poolSize = 10, migrate = tru
   };
 }
 
+/**
+ * A pool on `schema` whose sessions default to the isolation `level`, as some
+ * teams configure their database (`default_transaction_isolation`). The caller ends it.
+ */
+export function poolAtIsolation(schema: PgSchema, level: 'read committed' | 'repeatable read' | 'serializable'): pg.Pool {
+  const url = new URL(schema.url);
+  url.searchParams.set('options', `-c search_path=${schema.schema} -c default_transaction_isolation=${level.replace(' ', '\\ ')}`);
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 10 });
+  pool.on('error', () => {});
+  return pool;
+}
+
 export function withSearchPath(url: string, schema: string): string {
   const u = new URL(url);
   u.searchParams.set('options', `-c search_path=${schema}`);
@@ -62,6 +73,6 @@ export function withSearchPath(url: string, schema: string): string {
 export async function pgliteDb(): Promise<{ db: PgliteDatabase; client: PGlite; close(): Promise<void> }> {
   const client = new PGlite();
   const db = drizzlePglite(client);
-  await migratePglite(db, { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
+  await migrateIdempotencyKeys(db, { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
   return { db, client, close: () => client.close() };
 }

@@ -1,0 +1,133 @@
+/**
+ * Redis killed between a claim and its completion, with the client retrying
+ * during the outage, on the holder's own instance and on another one: the
+ * retries are refused (503) and their claims, queued by ioredis, reach Redis
+ * after their callers gave up. They must never take the key, and the holder's
+ * completion, queued too, must still land. Repeated, on a Redis with
+ * persistence and on one that restarts empty; executions are counted per key.
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisStore } from '../../src/redis.js';
+import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
+import { gate } from '../helpers/trpc.js';
+import { type FaultApp, pay, retryUntilAnswered, startFaultApp } from './helpers/app.js';
+
+const LOCK_TTL = 5_000;
+const STORE_TIMEOUT = 500;
+const TRIALS = 4;
+/** A busy machine can be slow to restart a server and reconnect: bounds are generous, never speed claims. */
+const SLACK = 6_000;
+
+describe.each([
+  ['with persistence (appendfsync always)', true],
+  ['restarted empty (no persistence)', false],
+])('Redis %s, killed between the claim and the completion', (_label, persist) => {
+  let redis: ControlledRedis;
+  let a: FaultApp;
+  let b: FaultApp;
+  const clients: Redis[] = [];
+  const executionsPerKey: Record<string, number[]> = { same: [], other: [] };
+
+  async function appOn(port: number): Promise<FaultApp> {
+    const client = new Redis({ port, host: '127.0.0.1' }); // ioredis defaults: offline queue, reconnect, re-send
+    client.on('error', () => {});
+    clients.push(client);
+    const app = await startFaultApp(redisStore({ client, prefix: 'restart:' }), { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+    // loads the scripts, and lets the engine learn Redis's clock
+    expect((await pay(app.url, randomUUID(), { amount: 1 })).status).toBe(200);
+    return app;
+  }
+
+  beforeAll(async () => {
+    redis = await startControlledRedis({ persist });
+    [a, b] = await Promise.all([appOn(redis.port), appOn(redis.port)]);
+  });
+  afterAll(async () => {
+    console.log(`[redis ${persist ? 'persistent' : 'empty'} restart] executions per key: ${JSON.stringify(executionsPerKey)}`);
+    await Promise.all([a?.close(), b?.close()]);
+    for (const client of clients) client.disconnect();
+    await redis?.destroy();
+  });
+
+  it.each([
+    ['on the holder instance', 'same'],
+    ['on another instance', 'other'],
+  ] as const)(`retries during the outage %s are refused and run nothing; the retry after it replays: 1 execution per key, ${TRIALS} times`, async (_where, where) => {
+    for (let trial = 0; trial < TRIALS; trial++) {
+      const retrying = where === 'same' ? a : b;
+      const key = randomUUID();
+      const charging = gate();
+      a.hold(charging.opened);
+      const first = pay(a.url, key, { amount: 200 });
+      await expect.poll(() => a.runs(key)).toBe(1);
+      a.hold(undefined);
+
+      await redis.kill();
+      // the client retries while Redis is down: refused, and nothing runs
+      for (let i = 0; i < 2; i++) expect(await pay(retrying.url, key, { amount: 200 })).toMatchObject({ status: 503, reason: 'store_unavailable' });
+      charging.open();
+      const answer = await first;
+      expect(answer).toMatchObject({ status: 200, replayed: false }); // it ran: its caller gets the result
+      const completedBefore = a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length;
+      await redis.start();
+      if (!persist) {
+        // An empty Redis forgot the claim: until the holder's queued completion lands, a claim that
+        // did not give up would find the key free. Wait for it, as the README says.
+        await expect
+          .poll(() => a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length, { timeout: SLACK })
+          .toBeGreaterThan(completedBefore);
+      }
+      const retried = await retryUntilAnswered(() => pay(retrying.url, key, { amount: 200 }), LOCK_TTL + SLACK);
+      expect(retried).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
+      const runs = a.runs(key) + b.runs(key);
+      executionsPerKey[where]!.push(runs);
+      expect(runs).toBe(1);
+    }
+    expect(a.events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+    expect(a.events.filter((e) => e.result === 'store_error' && e.reason === 'gave_up')).toEqual([]);
+  });
+});
+
+describe('a completion queued through an outage longer than lockTtl', () => {
+  let redis: ControlledRedis;
+  beforeAll(async () => {
+    redis = await startControlledRedis({ persist: false });
+  });
+  afterAll(async () => {
+    await redis?.destroy();
+  });
+
+  it('lands when Redis is back, and is reported as stored, not as given up', async () => {
+    const client = new Redis({ port: redis.port, host: '127.0.0.1' });
+    client.on('error', () => {});
+    const lockTtl = 1_500;
+    const app = await startFaultApp(redisStore({ client, prefix: 'queued:' }), { lockTtl, storeTimeout: 300 });
+    try {
+      expect((await pay(app.url, randomUUID(), { amount: 1 })).status).toBe(200);
+      const key = randomUUID();
+      const charging = gate();
+      app.hold(charging.opened);
+      const first = pay(app.url, key, { amount: 300 });
+      await expect.poll(() => app.runs(key)).toBe(1);
+      app.hold(undefined);
+      await redis.kill();
+      charging.open();
+      const answer = await first;
+      expect(answer).toMatchObject({ status: 200, replayed: false });
+      // the outage outlasts the background retries (lockTtl); ioredis keeps the completions queued
+      await new Promise((resolve) => setTimeout(resolve, lockTtl + 1_000));
+      await redis.start();
+      await expect
+        .poll(() => app.events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), { timeout: SLACK })
+        .toBe(true);
+      expect(app.events.filter((e) => e.reason === 'gave_up')).toEqual([]);
+      expect(await pay(app.url, key, { amount: 300 })).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
+      expect(app.runs(key)).toBe(1);
+    } finally {
+      await app.close();
+      client.disconnect();
+    }
+  });
+});
