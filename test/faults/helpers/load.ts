@@ -17,6 +17,22 @@ export interface LoadOptions {
   path?: string;
   /** Stops early when it returns true. */
   stop?: () => boolean;
+  /** Called with every HTTP attempt once it is answered (or failed), for timelines. */
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+/** One HTTP attempt of an operation. */
+export interface Attempt {
+  key: string;
+  /** The instance it was sent to (undefined: no instance was live). */
+  url: string | undefined;
+  /** HTTP status, 0 for a network failure. */
+  status: number;
+  /** Date.now() when it was sent and when it was answered. */
+  sentAt: number;
+  answeredAt: number;
+  chargeId?: string;
+  replayed: boolean;
 }
 
 export interface KeyRecord {
@@ -78,9 +94,19 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     for (let attempt = 0; ; attempt++) {
       const live = targets();
       const url = live[Math.floor(Math.random() * live.length)];
+      const attemptAt = Date.now();
       const result = url === undefined ? { status: 0, replayed: false } : await pay(url, key, input, { timeoutMs: 15_000, ...(options.path ? { path: options.path } : {}) });
       requests++;
       byStatus[result.status] = (byStatus[result.status] ?? 0) + 1;
+      options.onAttempt?.({
+        key,
+        url,
+        status: result.status,
+        sentAt: attemptAt,
+        answeredAt: Date.now(),
+        ...('chargeId' in result && result.chargeId !== undefined ? { chargeId: result.chargeId } : {}),
+        replayed: result.replayed,
+      });
       if (result.status === 200 && 'chargeId' in result && result.chargeId !== undefined) {
         record.chargeIds.add(result.chargeId);
         const now = Date.now();
