@@ -9,7 +9,6 @@
  * a comma is sent as a quoted Structured Field string (`"a,b"`).
  */
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { initTRPC, type AnyTRPCRouter } from '@trpc/server';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
@@ -17,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { type IdempotencyEvent, idempotencyErrorFormatter, type IdempotencyMeta, memoryStore, withIdempotency } from '../src/index.js';
 import { type RawHeader, rawRequest, sendRaw } from './helpers/raw-http.js';
-import { startServer, type TestServer } from './helpers/trpc.js';
+import { listen, startServer, type TestServer } from './helpers/trpc.js';
 
 const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
 
@@ -42,16 +41,7 @@ async function startFetchServer(router: AnyTRPCRouter): Promise<TestServer> {
     res.writeHead(response.status, Object.fromEntries(response.headers));
     res.end(Buffer.from(await response.arrayBuffer()));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return listen(server);
 }
 
 interface Answer {

@@ -23,7 +23,7 @@ async function statements(action: () => Promise<unknown>): Promise<string[]> {
   log.length = 0;
   await action();
   // The store's statements by what they do; any other by its first word (begin, commit).
-  return log.map((q) => (q.includes('claimed as (') ? 'claim' : q.includes('stored as (') ? 'complete' : q.trim().split(/\s+/)[0]!.toLowerCase()));
+  return log.map((q) => (q.includes('claimed as (') ? 'claim' : q.trim().split(/\s+/)[0]!.toLowerCase()));
 }
 
 describe('PostgreSQL round trips per request', () => {
@@ -33,7 +33,7 @@ describe('PostgreSQL round trips per request', () => {
     const engine = createIdempotencyEngine({ store });
     const input = { key: randomUUID(), name: 'pay', payload: { amount: 1 } };
 
-    expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['claim', 'complete']);
+    expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['claim', 'insert']);
     expect(await statements(() => engine.run(input, async () => 'ok'))).toEqual(['claim']);
 
     const running = gate();
@@ -47,6 +47,6 @@ describe('PostgreSQL round trips per request', () => {
     await holder;
 
     const tx = createIdempotencyEngine({ store, transaction: true });
-    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual(['claim', 'begin', 'complete', 'commit']);
+    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual(['claim', 'begin', 'insert', 'commit']);
   });
 });

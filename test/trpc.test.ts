@@ -2,6 +2,7 @@
  * The tRPC adapter end to end: a real HTTP server and client per test.
  */
 import { randomUUID } from 'node:crypto';
+import { createTRPCClient, httpBatchStreamLink } from '@trpc/client';
 import { initTRPC, TRPCError } from '@trpc/server';
 import superjson from 'superjson';
 import { afterAll, afterEach, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
@@ -17,11 +18,12 @@ import {
   withIdempotency,
   type WithIdempotencyOptions,
 } from '../src/index.js';
+import { idempotencyHeaders, idempotencyLink } from '../src/client.js';
 import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from './helpers/redis.js';
-import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
+import { createClient, gate, listen, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
 
 interface Ctx {
   user?: string;
@@ -475,6 +477,44 @@ describe('batches', () => {
     expect(headers.get('idempotent-replayed')).toBeNull();
   });
 
+  it('httpBatchStreamLink: each call runs once with its key and replays the same body; the replay headers cannot be sent', async () => {
+    const runs: string[] = [];
+    const router = t.router({
+      pay: idem()
+        .input(z.object({ id: z.string() }))
+        .mutation(({ input }) => {
+          runs.push(input.id);
+          return { id: input.id, n: runs.length };
+        }),
+    });
+    const server = await startServer(router);
+    servers.push(server);
+    const seen: Headers[] = [];
+    const client = createTRPCClient<typeof router>({
+      links: [
+        idempotencyLink(),
+        httpBatchStreamLink({
+          url: server.url,
+          headers: idempotencyHeaders(),
+          fetch: async (input, init) => {
+            const response = await fetch(input, init);
+            seen.push(response.headers);
+            return response;
+          },
+        }),
+      ],
+    });
+    const keys = [randomUUID(), randomUUID()];
+    const call = (i: number) => client.pay.mutate({ id: `s${i}` }, { context: { idempotencyKey: keys[i] } });
+    const first = await Promise.all([call(0), call(1)]);
+    const again = await Promise.all([call(0), call(1)]);
+    expect(again).toEqual(first);
+    expect(runs.sort()).toEqual(['s0', 's1']);
+    // headers go out before the calls finish: a replay cannot be marked
+    expect(seen).toHaveLength(2);
+    expect([0, 1].map((i) => seen[1]!.get(`idempotent-replayed-${i}`))).toEqual([null, null]);
+  });
+
   it('never applies one plain key to two mutations of a batch', async () => {
     let runs = 0;
     const router = t.router({ pay: idem().input(z.object({ id: z.string() })).mutation(() => ++runs) });
@@ -629,6 +669,25 @@ describe('contexts and scopes', () => {
     expect(error.message).toMatch(message);
     expect(error.message).toMatch(/or null for a call that is deliberately unscoped/);
     expect(runs).toBe(0);
+  });
+
+  it('a context with the request but no response: protection works, the replay is not marked', async () => {
+    let runs = 0;
+    const bare = initTRPC.context<{ req: unknown }>().meta<IdempotencyMeta>().create();
+    const router = bare.router({ pay: withIdempotency(bare.procedure, { store: memoryStore() }).mutation(() => ({ n: ++runs })) });
+    const { createHTTPServer } = await import('@trpc/server/adapters/standalone');
+    const server = await listen(createHTTPServer({ router, createContext: ({ req }) => ({ req }) }));
+    servers.push(server);
+    const url = `${server.url}/pay`;
+    const key = randomUUID();
+    const send = () => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' });
+    const [a, b] = [await send(), await send()];
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(await b.json()).toEqual(await a.json());
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs).toBe(1);
+    expect((await send()).status).toBe(200);
+    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status).toBe(400);
   });
 
   it('a scope of null is an explicitly unscoped call', async () => {

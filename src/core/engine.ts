@@ -134,6 +134,9 @@ interface Call {
   readonly keyHash: string | undefined;
 }
 
+/** A claim's answer the engine acts on: a late one is retried or thrown by claimOnce. */
+type Answer = Exclude<ClaimResult, { state: 'late' }>;
+
 /** What settles a claim once its operation ran: an outcome to store, or the key to give back. */
 type Settlement =
   | { store: true; state: 'completed' | 'failed'; body: string; reason?: 'unreplayable' | 'response_too_large' }
@@ -211,7 +214,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
    * outage), the store changes nothing and it can never take the key from a
    * holder whose completion is on its way.
    */
-  async function claimOnce(call: Call, waiting: boolean, again = false): Promise<ClaimResult> {
+  async function claimOnce(call: Call, waiting: boolean, again = false): Promise<Answer> {
     const { id, token, policy } = call;
     const timeout = policy.storeTimeout;
     const sentAt = engineTime();
@@ -231,13 +234,13 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       // Answered in time, but the store's clock is ahead of what we knew of it:
       // this answer taught us by how much, so the claim is sent once more.
       if (!again) return claimOnce(call, waiting, true);
-      throw storeFailure('unavailable', new IdempotencyStoreError('store_unavailable', 'The idempotency store found every claim past its deadline: its clock is moving ahead faster than real time.'));
+      throw storeFailure('unavailable', new IdempotencyStoreError('store_unavailable', 'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.'));
     }
     return result;
   }
 
   /** Claims, and in `inFlight: 'wait'` mode waits for a running holder to settle. */
-  async function claimOrWait(call: Call, signal: AbortSignal | undefined): Promise<ClaimResult> {
+  async function claimOrWait(call: Call, signal: AbortSignal | undefined): Promise<Answer> {
     const { id, fp, policy, name, keyHash } = call;
     let result = await claimOnce(call, true);
     if (result.state !== 'in_progress' || result.fingerprint !== fp) return result;
@@ -307,7 +310,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     const { keyHash } = call;
 
     const checkStart = performance.now();
-    let claimed: ClaimResult;
+    let claimed: Answer;
     try {
       // Without waiting, a claim is one store call: no need for the waiting loop's frame.
       claimed = await (isWaitMode(policy) ? claimOrWait(call, input.signal) : claimOnce(call, false));
@@ -335,7 +338,6 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
       return runClaimed(input, codec, call);
     }
-    if (claimed.state === 'late') throw new Error('unreachable: a late claim is retried or thrown by claimOnce');
     if (claimed.fingerprint !== call.fp) {
       emit({ result: 'mismatch', name, keyHash, durationMs });
       throw new IdempotencyMismatchError(
@@ -437,7 +439,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
       lease.stop();
       // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
       const encoded = encodeResult(value, codec, policy.maxResponseBytes);
-      settlement = { store: true, state: encoded.state, body: encoded.body, ...(encoded.marker === undefined ? {} : { reason: encoded.marker }) };
+      settlement = encoded.marker === undefined ? { store: true, state: 'completed', body: encoded.body } : { store: true, state: 'failed', body: encoded.body, reason: encoded.marker };
       outcome = { ok: true, value, replayed: false };
     } catch (error) {
       outcome = { ok: false, error, replayed: false };
@@ -478,15 +480,11 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
     }
     const { state, body, reason } = settlement;
     const attempt = () => start(() => store.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
-    const completed = (late: boolean) =>
-      emit({
-        result: 'completed',
-        name,
-        keyHash,
-        durationMs: performance.now() - run.started,
-        state,
-        ...(reason !== undefined ? { reason } : late ? { reason: 'completed_late' } : {}),
-      });
+    const completed = (late: boolean) => {
+      if (onEvent === undefined) return;
+      const why = reason ?? (late ? 'completed_late' : undefined);
+      emit({ result: 'completed', name, keyHash, durationMs: performance.now() - run.started, state, ...(why === undefined ? {} : { reason: why }) });
+    };
     let result: CompleteResult;
     try {
       result = await withTimeout(attempt(), policy.storeTimeout, () => timedOut('complete', policy.storeTimeout));

@@ -27,20 +27,21 @@ export interface ClaimInput {
    */
   waiting?: boolean;
   /**
-   * The latest time the claim may take effect, in the store's own clock (ms
-   * since the epoch; see {@link ClaimAnswer.time}). A claim that reaches the
-   * store later (it waited in a driver's offline queue while its caller gave
-   * up) changes nothing and answers `late`. Absent: no deadline.
+   * The latest time the claim may take the record, in the store's own clock
+   * (ms since the epoch; see {@link ClaimAnswer.time}). A claim that reaches
+   * the store later (it waited in a driver's offline queue while its caller
+   * gave up) takes nothing and answers `late`. Absent: no deadline.
    */
   deadline?: number;
 }
 
-/** What every claim answer carries besides its state. */
+/** What every claim answer may carry besides its state. */
 export interface ClaimAnswer {
   /**
-   * The store's clock when it handled the claim, in ms since the epoch. The
-   * engine learns from it how the store's clock relates to its own, to
-   * express `deadline` in the store's clock. Absent: the engine sends no deadline.
+   * The store's clock when it took (or refused, `late`) the record, in ms
+   * since the epoch: required on `acquired` and `late`, optional otherwise.
+   * The engine learns from it how the store's clock relates to its own, to
+   * express `deadline` in the store's clock. Never given: no deadline is sent.
    */
   time?: number;
 }
@@ -61,7 +62,10 @@ export type ClaimResult = ClaimAnswer &
      * request, so there is no point in shipping the body).
      */
     | { state: 'completed' | 'failed'; fingerprint: string; body?: string }
-    /** The claim arrived after its `deadline`: nothing was read or changed. */
+    /**
+     * The record was free for this claim (absent, or this token's own), but
+     * the claim arrived after its `deadline`: nothing was changed.
+     */
     | { state: 'late' }
   );
 

@@ -106,11 +106,9 @@ const encodeBody = (body: string): string =>
 const decodeBody = (stored: string): string => (stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored);
 
 const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
-/** The server's clock, in ms since the epoch. */
-const NOW_MS = sql`(extract(epoch from statement_timestamp()) * 1000)::float8`;
 
-// A claim or completion whose follow-up read finds no row has met a race whose
-// winner its snapshot cannot see (see claimQuery); it runs again this many times.
+// A claim that is neither taken nor finds a row has met a race whose winner
+// its snapshot cannot see (see claimQuery); it runs again this many times.
 const SNAPSHOT_ATTEMPTS = 5;
 // Serialization failures (REPEATABLE READ, SERIALIZABLE) are retried this many
 // times, with a short jittered pause, before the key counts as contended.
@@ -146,61 +144,51 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
 
   /**
    * One statement: insert the claim, or take over a row that has expired (or
-   * is this token's own live claim); if neither, read the live row. A claim
-   * past its deadline does neither and answers `late`. In READ COMMITTED the
-   * plain SELECT sees the statement's snapshot, so when a concurrent claim
-   * committed after it began (the INSERT waited for it and found it live) the
-   * row is invisible and nothing comes back: the caller then runs it again.
+   * is this token's own live claim), unless the deadline has passed; then,
+   * in one row: whether it was taken, the live row it found, and, when the
+   * row was free to take, the server's clock. In READ COMMITTED the read
+   * sees the statement's snapshot, so when a concurrent claim committed after
+   * it began (the INSERT waited for it and found it live) the row is
+   * invisible and nothing is found: the caller then runs it again.
    */
   const claimQuery = ({ id, fingerprint, token, lockTtl, deadline }: ClaimInput) => sql`
-    with late as (
-      select 1 where ${NOW_MS} > ${deadline ?? null}::float8
-    ), claimed as (
+    with claimed as (
       insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
       select ${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp()
-       where not exists (select 1 from late)
+       where statement_timestamp() <= ${deadline === undefined ? 'infinity' : new Date(deadline).toISOString()}::timestamptz
       on conflict (id) do update
         set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
             expires_at = excluded.expires_at, created_at = excluded.created_at
         where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
       returning 1
     )
-    select 'acquired' as outcome, null as state, null as fingerprint, null as body, ${NOW_MS} as time from claimed
-    union all
-    select 'late', null, null, null, ${NOW_MS} from late
-    union all
-    select 'found', state, fingerprint, case when fingerprint = ${fingerprint} then body end, ${NOW_MS}
-      from idempotency_keys
-     where id = ${id} and expires_at > statement_timestamp() and not exists (select 1 from claimed) and not exists (select 1 from late)`;
+    select exists (select 1 from claimed) as acquired, r.state, r.fingerprint,
+           case when r.fingerprint = ${fingerprint} then r.body end as body,
+           case when r.state is null or (r.token = ${token} and r.state = 'in_progress')
+                then date_part('epoch', statement_timestamp()) * 1000 end as time
+      from (values (1)) as one (x)
+      left join idempotency_keys r on r.id = ${id} and r.expires_at > statement_timestamp()`;
 
   // Stores the outcome if the token holds the claim, or if the row is absent
   // or expired (purged, or expired with no one taking it over): no one else
-  // holds or ran it. Another live claim or outcome wins, and the read after it
-  // says which (nothing comes back if it committed after the statement began:
-  // the caller runs it again). The token stays on the row, so a completion
-  // sent twice by the same holder succeeds again.
+  // holds or ran it. Another live claim or outcome wins. The token stays on
+  // the row, so a completion sent twice by the same holder succeeds again.
   const completeQuery = ({ id, fingerprint, token, state, body, ttl }: CompleteInput) => sql`
-    with stored as (
-      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-      values (${id}, ${state}, ${fingerprint}, ${token}, ${encodeBody(body)}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
-      on conflict (id) do update
-        set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
-            expires_at = excluded.expires_at
-        where k.token = ${token} or k.expires_at <= statement_timestamp()
-      returning 1
-    )
-    select 'stored' as result from stored
-    union all
-    select case when state = 'in_progress' then 'held' else 'finished' end
-      from idempotency_keys where id = ${id} and not exists (select 1 from stored)`;
+    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+    values (${id}, ${state}, ${fingerprint}, ${token}, ${encodeBody(body)}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
+    on conflict (id) do update
+      set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
+          expires_at = excluded.expires_at
+      where k.token = ${token} or k.expires_at <= statement_timestamp()
+    returning 1`;
 
   const complete = async (executor: AnyPgDatabase, input: CompleteInput): Promise<CompleteResult> => {
-    for (let attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
-      const [row] = await run(executor, completeQuery(input));
-      if (row !== undefined) return row.result as CompleteResult;
-    }
-    // The row that refused it is there, only not yet visible: another claim's.
-    return 'held';
+    if ((await run(executor, completeQuery(input))).length === 1) return 'stored';
+    // Refused (rare): say by what. A row committed after that statement began may be
+    // invisible here; it can only be another claim's, so no row reads as held.
+    const [row] = await run(executor, sql`
+      select state from idempotency_keys where id = ${input.id} and expires_at > statement_timestamp()`);
+    return row === undefined || row.state === 'in_progress' ? 'held' : 'finished';
   };
 
   return {
@@ -208,10 +196,14 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     async claim(input: ClaimInput): Promise<ClaimResult> {
       for (let attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
         const [row] = await run(db, claimQuery(input));
-        if (row === undefined) continue;
-        const time = Number(row.time);
-        if (row.outcome === 'acquired') return { state: 'acquired', time };
-        if (row.outcome === 'late') return { state: 'late', time };
+        if (row === undefined) throw new Error('drizzleStore: the claim statement returned no row.');
+        const time = row.time === null || row.time === undefined ? undefined : Number(row.time);
+        if (row.acquired === true) return { state: 'acquired', time: time! };
+        if (time !== undefined) {
+          // The row was free for this claim, yet not taken: the deadline had passed, or the race above.
+          if (input.deadline !== undefined && time > input.deadline) return { state: 'late', time };
+          if (row.state === null || row.state === undefined) continue;
+        }
         const fingerprint = String(row.fingerprint);
         if (row.state === 'in_progress') return { state: 'in_progress', time, fingerprint };
         const state = row.state as 'completed' | 'failed';

@@ -147,24 +147,23 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
     async claim({ id, fingerprint, token, lockTtl, deadline }: ClaimInput): Promise<ClaimResult> {
       const time = now();
-      if (deadline !== undefined && time > deadline) return { state: 'late', time };
       const rec = live(id, time);
+      if (rec !== undefined && !(rec.state === 'in_progress' && rec.token === token)) {
+        if (rec.state === 'in_progress') return { state: 'in_progress', fingerprint: rec.fingerprint };
+        return rec.fingerprint === fingerprint
+          ? { state: rec.state, fingerprint: rec.fingerprint, body: rec.body }
+          : { state: rec.state, fingerprint: rec.fingerprint };
+      }
+      // Absent, or this token's own live claim sent again: it is taken, unless the caller gave up.
+      if (deadline !== undefined && time > deadline) return { state: 'late', time };
       if (rec === undefined) {
         makeRoom();
         records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt: time + lockTtl });
-        expiring(time + lockTtl);
-        return { state: 'acquired', time };
-      }
-      if (rec.state === 'in_progress') {
-        if (rec.token !== token) return { state: 'in_progress', time, fingerprint: rec.fingerprint };
-        // This token's own claim, sent again: it holds it.
+      } else {
         rec.expiresAt = time + lockTtl;
-        expiring(rec.expiresAt);
-        return { state: 'acquired', time };
       }
-      return rec.fingerprint === fingerprint
-        ? { state: rec.state, time, fingerprint: rec.fingerprint, body: rec.body }
-        : { state: rec.state, time, fingerprint: rec.fingerprint };
+      expiring(time + lockTtl);
+      return { state: 'acquired', time };
     },
 
     async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {

@@ -27,28 +27,28 @@ function script(source: string): RedisScript {
  * KEYS[1] record key
  * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
  * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
- * Every reply carries Redis's time (ms) second. Returns {'l', time} when the deadline has
- * passed (nothing read or changed: the caller gave up); {'a', time} when claimed (the record
- * was absent, or is this token's own live claim, sent again by the client after a reconnect);
- * {'p', time, fingerprint} when in flight; {state, time, fingerprint[, body]} when finished,
- * the body only if the fingerprints match (no point shipping it otherwise).
+ * Returns {'p', fingerprint} when another claim is in flight; {state, fingerprint[, body]} when
+ * finished, the body only if the fingerprints match (no point shipping it otherwise). When the
+ * record is absent, or is this token's own live claim (sent again by the client after a
+ * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
+ * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
  */
 export const CLAIM = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't')
+if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
+  if rec[1] == 'p' then
+    if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', '1') end
+    return {'p', rec[2]}
+  end
+  if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
+  return {rec[1], rec[2], rec[3]}
+end
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
-local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't')
-if not rec[1] or (rec[1] == 'p' and rec[4] == ARGV[1]) then
-  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {'a', now}
-end
-if rec[1] == 'p' then
-  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', '1') end
-  return {'p', now, rec[2]}
-end
-if rec[2] ~= ARGV[2] then return {rec[1], now, rec[2]} end
-return {rec[1], now, rec[2], rec[3]}
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'a', now}
 `);
 
 /**

@@ -128,16 +128,16 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
       const args = [token, fingerprint, Math.ceil(lockTtl), waiting ? '1' : '0', deadline === undefined ? '' : Math.floor(deadline)];
-      const reply = (await run(CLAIM, keyOf(id), args)) as [string, number, string?, string?];
-      const [state, time] = reply;
-      if (state === 'a') return { state: 'acquired', time };
-      if (state === 'p') return { state: 'in_progress', time, fingerprint: reply[2]! };
-      if (state === 'l') return { state: 'late', time };
+      const reply = (await run(CLAIM, keyOf(id), args)) as [string, string | number, string?];
+      const state = reply[0];
+      if (state === 'a') return { state: 'acquired', time: reply[1] as number };
+      if (state === 'l') return { state: 'late', time: reply[1] as number };
+      if (state === 'p') return { state: 'in_progress', fingerprint: reply[1] as string };
       const finished = STATES[state as keyof typeof STATES];
       if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
-      return reply.length > 3
-        ? { state: finished, time, fingerprint: reply[2]!, body: reply[3]! }
-        : { state: finished, time, fingerprint: reply[2]! };
+      return reply.length > 2
+        ? { state: finished, fingerprint: reply[1] as string, body: reply[2]! }
+        : { state: finished, fingerprint: reply[1] as string };
     },
 
     async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {

@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createTRPCClient, httpBatchLink, httpLink, type Operation, type TRPCClientError, type TRPCLink } from '@trpc/client';
 import type { AnyTRPCRouter } from '@trpc/server';
@@ -13,10 +14,16 @@ export async function startServer<TRouter extends AnyTRPCRouter>(
   router: TRouter,
   extra: (opts: CreateHTTPContextOptions) => object = () => ({}),
 ): Promise<TestServer> {
-  const server = createHTTPServer({
-    router,
-    createContext: (opts) => ({ req: opts.req, res: opts.res, ...extra(opts) }),
-  });
+  return listen(
+    createHTTPServer({
+      router,
+      createContext: (opts) => ({ req: opts.req, res: opts.res, ...extra(opts) }),
+    }),
+  );
+}
+
+/** Listens on a free port of loopback; `close` also cuts open connections. */
+export async function listen(server: Server): Promise<TestServer> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   return {
