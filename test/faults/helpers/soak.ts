@@ -541,7 +541,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       lostOutcomesAfterLastRestart,
       outcomesWipedAtEnd,
       stuckKeys: stuck.length,
-      maxBlockedMs: Math.max(0, ...[...result.keys.values()].map((r) => r.blockedMs)),
+      // a loop, not Math.max(...spread): a soak has more keys than a call has room for arguments
+      maxBlockedMs: [...result.keys.values()].reduce((max, r) => Math.max(max, r.blockedMs), 0),
       events,
       examples,
       notes,
