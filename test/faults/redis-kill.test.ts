@@ -8,14 +8,13 @@
  * shows what that costs.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { redisStore } from '../../src/redis.js';
 import { COMPLETE } from '../../src/stores/redis-scripts.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { startTriggerProxy, type TriggerMode, type TriggerProxy } from '../helpers/trigger-proxy.js';
 import { gate } from '../helpers/trpc.js';
-import { type FaultApp, pay, retryUntilAnswered, startFaultApp } from './helpers/app.js';
+import { type FaultApp, pay, retryUntilAnswered, startRedisFaultApp } from './helpers/app.js';
 
 const LOCK_TTL = 5_000;
 const STORE_TIMEOUT = 500;
@@ -27,16 +26,11 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-/** An app on `port` with a default ioredis client, as an application would create it. */
+/** An app on `port` with a default ioredis client, its scripts loaded (so the crash also empties a warm script cache). */
 async function appOn(port: number): Promise<{ app: FaultApp; client: Redis }> {
-  const client = new Redis({ port, host: '127.0.0.1' });
-  client.on('error', () => {}); // connection errors while Redis is down are expected here
-  cleanups.push(() => client.disconnect());
-  const app = await startFaultApp(redisStore({ client, prefix: 'kill:' }), { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+  const app = await startRedisFaultApp(port, 'kill:', { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
   cleanups.push(() => app.close());
-  // loads the scripts, so the crash also empties a warm script cache
-  expect((await pay(app.url, randomUUID(), { amount: 1 })).status).toBe(200);
-  return { app, client };
+  return { app, client: app.client };
 }
 
 describe('Redis killed at each point of a request (persistent Redis)', () => {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
+import { Redis } from 'ioredis';
 import { z } from 'zod';
 import {
   idempotencyErrorFormatter,
@@ -9,6 +10,7 @@ import {
   withIdempotency,
   type WithIdempotencyOptions,
 } from '../../../src/index.js';
+import { redisStore } from '../../../src/redis.js';
 import { startServer } from '../../helpers/trpc.js';
 
 export type FaultAppOptions = Omit<WithIdempotencyOptions<object>, 'store' | 'onEvent'>;
@@ -133,4 +135,26 @@ export async function retryUntilAnswered(call: () => Promise<CallResult>, within
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/**
+ * An app on the Redis at `port`, through an ioredis client with the defaults
+ * an application has (offline queue, reconnection, re-sent commands), after
+ * one call: the scripts are loaded and the engine knows Redis's clock.
+ * `close` stops the app and disconnects the client.
+ */
+export async function startRedisFaultApp(port: number, prefix: string, options: FaultAppOptions = {}) {
+  const client = new Redis({ port, host: '127.0.0.1' });
+  client.on('error', () => {}); // connection errors while Redis is down are expected in these tests
+  const app = await startFaultApp(redisStore({ client, prefix }), options);
+  const warmUp = await pay(app.url, randomUUID(), { amount: 1 });
+  if (warmUp.status !== 200) throw new Error(`the app's first call answered ${warmUp.status}`);
+  return {
+    ...app,
+    client,
+    close: async () => {
+      await app.close();
+      client.disconnect();
+    },
+  };
 }
