@@ -1,11 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
 // npm run test:unit: the library against real Redis and PostgreSQL.
-// The example app's end-to-end suite and the fault suite have configs of their own.
+// The example app's end-to-end suite, the fault suite and the stacks suite have configs of their own.
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    exclude: ['test/e2e/**', 'test/faults/**', '**/node_modules/**'],
+    exclude: ['test/e2e/**', 'test/faults/**', 'test/stacks/**', '**/node_modules/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
   },

@@ -2,7 +2,7 @@
 // The root entry holds the tRPC adapter, the engine, the errors and the memory store.
 
 export { withIdempotency } from './trpc/procedure.js';
-export type { IdempotencyMeta, IdempotencyProcedureOptions, WithIdempotencyOptions } from './trpc/procedure.js';
+export type { DataTransformerOption, IdempotencyMeta, IdempotencyProcedureOptions, WithIdempotencyOptions } from './trpc/procedure.js';
 export {
   getIdempotencyErrorData,
   idempotencyErrorFormatter,

@@ -268,4 +268,25 @@ describe('error helpers', () => {
     // a Retry-After on the response of another status (a batch) is not this call's
     expect(getRetryAfterMs({ data: { httpStatus: 500 }, meta: { response: { headers: headers('3') } } })).toBeUndefined();
   });
+
+  it("recognise the layer's 409 in flight by its message where neither data.idempotency nor Retry-After reached the client", () => {
+    // what a streamed batch, or an app's own error formatter with a `{ headers }` context, delivers
+    const inFlight = {
+      message: 'A request with this idempotency key is still being processed. Retry with the same key after 2 s.',
+      data: { httpStatus: 409, code: 'CONFLICT' },
+    };
+    expect(isRetryableError(inFlight)).toBe(true);
+    expect(getRetryAfterMs(inFlight)).toBe(2_000);
+    const rolledBack = {
+      message:
+        'A request with this idempotency key is still being processed: the claim on this key expired while the operation ran, so its transaction was rolled back, and another request now holds the key. Retry with the same key after 1 s.',
+      data: { code: 'CONFLICT' },
+    };
+    expect(isRetryableError(rolledBack)).toBe(true);
+    expect(getRetryAfterMs(rolledBack)).toBe(1_000);
+    // the procedure's own CONFLICT is an answer; and the sentence means nothing on another status
+    expect(isRetryableError({ message: 'This email is already registered', data: { httpStatus: 409 } })).toBe(false);
+    expect(getRetryAfterMs({ message: inFlight.message, data: { httpStatus: 400 } })).toBeUndefined();
+    expect(isRetryableError({ message: inFlight.message, data: { httpStatus: 400 } })).toBe(false);
+  });
 });

@@ -12,6 +12,7 @@ import { initTRPC, TRPCError, type AnyTRPCRouter } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import { applyWSSHandler } from '@trpc/server/adapters/ws';
 import { afterEach, describe, expect, expectTypeOf, it } from 'vitest';
+import superjson from 'superjson';
 import { z } from 'zod';
 import {
   createIdempotencyEngine,
@@ -79,6 +80,40 @@ describe('options of the wrong type are refused when the builder is created', ()
     ).not.toThrow();
     expect(() => withIdempotency(t.procedure)).not.toThrow();
     expect(() => withIdempotency(t.procedure, { scope: undefined, getKey: undefined, required: undefined, header: undefined })).not.toThrow();
+  });
+});
+
+describe("the router's data transformer", () => {
+  const withSuperjson = initTRPC.create({ transformer: superjson });
+  const plain = initTRPC.create();
+
+  it('is read from the builder, and a transformer given too must be the same one', () => {
+    expect(() => withIdempotency(withSuperjson.procedure, {})).not.toThrow();
+    expect(() => withIdempotency(withSuperjson.procedure, { transformer: superjson })).not.toThrow();
+    expect(() => withIdempotency(withSuperjson.procedure, { transformer: { input: superjson, output: superjson } })).not.toThrow();
+    expect(() => withIdempotency(plain.procedure, { transformer: null })).not.toThrow();
+    const other = { serialize: (v: unknown) => v, deserialize: (v: unknown) => v };
+    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: other })).message).toMatch(
+      /withIdempotency: transformer is not the one the router was created with .*Pass the same one, or leave the option out/,
+    );
+    expect(configErrorOf(() => withIdempotency(plain.procedure, { transformer: superjson })).message).toMatch(/transformer is not the one the router was created with/);
+    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: null })).message).toMatch(
+      /transformer is null, but the router was created with a data transformer/,
+    );
+    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: 'superjson' as never })).message).toMatch(
+      /transformer must be a data transformer, such as superjson .*; got the string "superjson"/,
+    );
+  });
+
+  it('is required where the builder does not carry the router config (@trpc/server before 11.22), and then used', async () => {
+    // What an 11.19 builder looks like to withIdempotency: a builder whose _def has no config.
+    const old = new Proxy(withSuperjson.procedure, {
+      get: (target, prop, receiver) => (prop === '_def' ? { ...target._def, config: undefined } : Reflect.get(target, prop, receiver)),
+    });
+    expect(configErrorOf(() => withIdempotency(old, {})).message).toMatch(
+      /this @trpc\/server \(before 11\.22\) does not tell a procedure builder which data transformer the router uses.*`transformer: superjson`.*`transformer: null`/,
+    );
+    expect(() => withIdempotency(old, { transformer: superjson })).not.toThrow();
   });
 });
 

@@ -81,3 +81,47 @@ describe('fetch adapter', () => {
     expect(runs).toBe(before);
   });
 });
+
+describe("a context of the request's headers only (create-t3-app's `createTRPCContext({ headers })`)", () => {
+  const t3 = initTRPC.context<{ headers: Headers }>().create();
+  let t3runs = 0;
+  const t3router = t3.router({
+    pay: withIdempotency(t3.procedure, { store: memoryStore() })
+      .input(z.object({ amount: z.number() }))
+      .mutation(({ input }) => ({ run: ++t3runs, amount: input.amount })),
+  });
+  const post = (path: string, headers: Record<string, string>, body: unknown) => {
+    const req = new Request(`http://localhost/api/trpc/${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    return fetchRequestHandler({ endpoint: '/api/trpc', router: t3router, req, createContext: () => ({ headers: req.headers }) });
+  };
+
+  it('recognises batches from tRPC\'s batchIndex: each call reads its own Idempotency-Key-<i>', async () => {
+    const keys = [randomUUID(), randomUUID(), randomUUID()];
+    const headers = Object.fromEntries(keys.map((key, i) => [`Idempotency-Key-${i}`, key]));
+    const body = { 0: { amount: 1 }, 1: { amount: 2 }, 2: { amount: 3 } };
+    const first = await post('pay,pay,pay?batch=1', headers, body);
+    expect(first.status).toBe(200);
+    const firstRuns = ((await first.json()) as { result: { data: { run: number } } }[]).map((r) => r.result.data.run);
+    const again = await post('pay,pay,pay?batch=1', headers, body);
+    expect(((await again.json()) as { result: { data: { run: number } } }[]).map((r) => r.result.data.run)).toEqual(firstRuns);
+    expect(t3runs).toBe(3);
+    // a single call reads the plain header
+    const key = randomUUID();
+    const single = await post('pay', { 'Idempotency-Key': key }, { amount: 4 });
+    const singleAgain = await post('pay', { 'Idempotency-Key': key }, { amount: 4 });
+    expect(await singleAgain.json()).toEqual(await single.json());
+    expect(t3runs).toBe(4);
+  });
+
+  it('a batch call without its indexed key gets 400 naming the header to send; call 0 with two different keys too', async () => {
+    const before = t3runs;
+    const missing = await post('pay,pay?batch=1', { 'Idempotency-Key': randomUUID() }, { 0: { amount: 1 }, 1: { amount: 2 } });
+    const [zero, one] = (await missing.json()) as [{ result?: unknown }, { error: { message: string } }];
+    expect(zero.result).toBeDefined();
+    expect(one.error.message).toMatch(/This call is #1 of a batch: send Idempotency-Key-1/);
+    const twoKeys = await post('pay,pay?batch=1', { 'Idempotency-Key': 'a', 'Idempotency-Key-0': 'b', 'Idempotency-Key-1': randomUUID() }, { 0: { amount: 1 }, 1: { amount: 2 } });
+    const [first] = (await twoKeys.json()) as [{ error: { message: string } }];
+    expect(first.error.message).toMatch(/two different keys, in Idempotency-Key and Idempotency-Key-0/);
+    expect(t3runs).toBe(before + 2); // call 0 of the first batch, call 1 of the second
+  });
+});

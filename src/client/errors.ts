@@ -3,7 +3,7 @@
  * plain `TRPCClientErrorLike` objects TanStack Query hands out, from any copy
  * of `@trpc/client`: fields are read by shape, never with `instanceof`.
  */
-import type { IdempotencyErrorReason } from '../core/errors.js';
+import { IN_PROGRESS_MESSAGE, type IdempotencyErrorReason } from '../core/errors.js';
 import type { IdempotencyErrorData } from '../trpc/errors.js';
 
 export type { IdempotencyErrorData, IdempotencyErrorReason };
@@ -48,6 +48,7 @@ const STATUS_OF_CODE: Record<string, number> = {
 
 interface ErrorFields {
   name?: unknown;
+  message?: unknown;
   cause?: unknown;
   data?: { httpStatus?: unknown; code?: unknown; idempotency?: { reason?: unknown; retryAfter?: unknown } } | null;
   meta?: { response?: { status?: unknown; headers?: { get?: (name: string) => string | null } } } | null;
@@ -108,7 +109,10 @@ export function getHttpStatus(error: unknown): number | undefined {
 /**
  * How long the server asked to wait before a retry, in ms: from
  * `data.idempotency.retryAfter`, else from the `Retry-After` header (seconds
- * or an HTTP date) of a 409, 429 or 503.
+ * or an HTTP date) of a 409, 429 or 503, else, for the layer's in-flight 409,
+ * from its message ("... Retry with the same key after 1 s."), which reaches
+ * the client where neither of the others can (a streamed batch, a context
+ * without response headers, an app's own error formatter).
  */
 export function getRetryAfterMs(error: unknown, now: number = Date.now()): number | undefined {
   const seconds = getIdempotencyErrorData(error)?.retryAfter;
@@ -117,10 +121,16 @@ export function getRetryAfterMs(error: unknown, now: number = Date.now()): numbe
   if (status !== 409 && status !== 429 && status !== 503) return undefined;
   const headers = fields(error)?.meta?.response?.headers;
   const value = typeof headers?.get === 'function' ? headers.get('retry-after') : null;
-  if (value === null || value === undefined) return undefined;
-  if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000;
-  const date = Date.parse(value);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+  if (value !== null && value !== undefined) {
+    if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000;
+    const date = Date.parse(value);
+    if (!Number.isNaN(date)) return Math.max(0, date - now);
+  }
+  if (status === 409 && isInProgressMessage(error)) {
+    const after = /Retry with the same key after (\d+(?:\.\d+)?) s\./.exec(fields(error)!.message as string);
+    if (after !== null) return Number(after[1]) * 1000;
+  }
+  return undefined;
 }
 
 /** True if the call was stopped by its caller's AbortSignal (not by a timeout). */
@@ -139,8 +149,10 @@ export function isAbortError(error: unknown): boolean {
  *   are retried; every other reason is final (key and payload errors, and
  *   `response_too_large`: the procedure ran, nothing was stored, a retry
  *   would run it again);
- * - else the status: {@link RETRYABLE_STATUSES}, a 409 only with a
- *   Retry-After (the in-flight answer always has one);
+ * - else the status: {@link RETRYABLE_STATUSES}, a 409 only when it is the
+ *   layer's in-flight answer: it has a Retry-After header, or, where headers
+ *   cannot carry one (a streamed batch, a context without response headers),
+ *   its message begins with the layer's in-flight sentence;
  * - no status (network failure, timeout, an unreadable answer): retried, since
  *   nothing definitive came back. An abort is never retried.
  */
@@ -148,10 +160,11 @@ export function isRetryableError(error: unknown): boolean {
   const reason = getIdempotencyReason(error);
   if (reason !== undefined) return reason === 'in_progress' || reason === 'store_unavailable';
   const status = getHttpStatus(error);
-  // The idempotency layer's 409 always carries Retry-After; a 409 the
-  // procedure threw itself ("already exists") is an answer, and the server
-  // released its key: a retry would only run the procedure again.
-  if (status === 409) return getRetryAfterMs(error) !== undefined;
+  // The idempotency layer's 409 carries Retry-After where headers can (and
+  // its message always); a 409 the procedure threw itself ("already exists")
+  // is an answer, and the server released its key: a retry would only run
+  // the procedure again.
+  if (status === 409) return isInProgressMessage(error) || getRetryAfterMs(error) !== undefined;
   if (status !== undefined) return RETRYABLE_STATUSES.has(status);
   return !isAbortError(error);
 }
@@ -163,4 +176,10 @@ export function isRetryableError(error: unknown): boolean {
  */
 export function keepsKey(error: unknown): boolean {
   return isRetryableError(error) || isAbortError(error);
+}
+
+/** True for the layer's in-flight message, whatever carried it (a server without the error formatter included). */
+function isInProgressMessage(error: unknown): boolean {
+  const message = fields(error)?.message;
+  return typeof message === 'string' && message.startsWith(IN_PROGRESS_MESSAGE);
 }

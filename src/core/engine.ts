@@ -3,6 +3,7 @@ import {
   IdempotencyConfigError,
   IdempotencyConflictError,
   IdempotencyMismatchError,
+  IN_PROGRESS_MESSAGE,
   IdempotencyStoreError,
   isIdempotencyError,
   isRetryable,
@@ -363,7 +364,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
   function inProgress(): IdempotencyConflictError {
     return new IdempotencyConflictError(
       'in_progress',
-      `A request with this idempotency key is still being processed. Retry with the same key after ${retryAfter} s.`,
+      `${IN_PROGRESS_MESSAGE}. Retry with the same key after ${retryAfter} s.`,
       { retryAfter },
     );
   }
@@ -425,7 +426,7 @@ export function createIdempotencyEngine(options: IdempotencyEngineOptions = {}):
             settlement = { store: false, reason: 'fenced' }; // nothing to release: the claim is someone else's
             throw new IdempotencyConflictError(
               'in_progress',
-              'The claim on this key expired while the operation ran, so its transaction was rolled back; another request now holds the key. Retry with the same key.',
+              `${IN_PROGRESS_MESSAGE}: the claim on this key expired while the operation ran, so its transaction was rolled back, and another request now holds the key. Retry with the same key after ${retryAfter} s.`,
               { retryAfter },
             );
           }

@@ -29,6 +29,15 @@ export type IdempotencyErrorReason =
   /** The operation ran but its result could not be stored; it will not run again for this key. */
   | 'outcome_unreplayable';
 
+/**
+ * How every `in_progress` message begins. The client link recognises the
+ * layer's 409 by it when neither `data.idempotency` (the server's error
+ * formatter) nor a `Retry-After` header (a streamed batch, a context with no
+ * response headers) reached it: a 409 the procedure threw itself is an
+ * answer and is not retried, this one is.
+ */
+export const IN_PROGRESS_MESSAGE = 'A request with this idempotency key is still being processed';
+
 export interface IdempotencyErrorOptions {
   cause?: unknown;
   /** Seconds after which a retry with the same key may succeed. */

@@ -98,10 +98,13 @@ export function isWebSocket(ctx: unknown): boolean {
  * The key of a call. A single call reads `<header>` only. Call `i` of a tRPC
  * batch reads `<header>-<i>`, and call 0 may use the plain header instead (a
  * batch of one sent by a client that knows no batches), so one key can never
- * apply to two calls; call 0 with two different keys is refused.
+ * apply to two calls; call 0 with two different keys is refused. `batch` is
+ * what {@link batchOf} tells; when it cannot tell (call 0, and a context
+ * without the request's URL), call 0 reads either header, as in a batch.
  */
 export function readKeyHeader(ctx: unknown, header: string, batchIndex: number, label = header): string | undefined {
-  if (!isBatchRequest(ctx)) return readHeader(ctx, header, label);
+  const batch = batchOf(ctx, batchIndex);
+  if (batch === false) return readHeader(ctx, header, label);
   const indexed = readHeader(ctx, `${header}-${batchIndex}`, `${label}-${batchIndex}`);
   if (batchIndex !== 0) return indexed;
   const plain = readHeader(ctx, header, label);
@@ -113,10 +116,19 @@ export function readKeyHeader(ctx: unknown, header: string, batchIndex: number, 
 
 const batchParam = /[?&]batch=(?:1|true)(?:&|$)/;
 
-/** True when the request is a tRPC batch (`?batch=1`), even a batch of one call. */
-export function isBatchRequest(ctx: unknown): boolean {
+/**
+ * Whether a call is part of a tRPC batch (`?batch=1`, even a batch of one):
+ * tRPC's own `batchIndex` (above 0 only in a batch), else the request's URL,
+ * else the `info` tRPC gives `createContext`, when the context carries it.
+ * `undefined` when nothing tells: call 0 of a context that carries only the
+ * headers (create-t3-app's `{ headers }`).
+ */
+export function batchOf(ctx: unknown, batchIndex: number): boolean | undefined {
+  if (batchIndex > 0) return true;
   const url = requestOf(ctx)?.url;
-  return typeof url === 'string' && batchParam.test(url);
+  if (typeof url === 'string') return batchParam.test(url);
+  const info = (ctx as { info?: { isBatchCall?: unknown } } | undefined)?.info;
+  return typeof info?.isBatchCall === 'boolean' ? info.isBatchCall : undefined;
 }
 
 /** Sets a response header if the context gives a way to (fetch `resHeaders`, node `res`, Fastify reply). */

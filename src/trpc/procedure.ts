@@ -1,4 +1,4 @@
-import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer, type TRPCProcedureBuilder } from '@trpc/server';
+import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer } from '@trpc/server';
 import { createIdempotencyEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from '../core/engine.js';
 import {
   IdempotencyConfigError,
@@ -11,7 +11,7 @@ import { idempotentCall, isClaimedCall } from '../core/context.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
-import { hasRequestHeaders, isBatchRequest, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
+import { batchOf, hasRequestHeaders, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
 
 /** Per-procedure options, set with `.meta({ idempotency: { ... } })`. */
 export interface IdempotencyProcedureOptions extends IdempotencyPolicyOptions {
@@ -73,7 +73,22 @@ export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptio
     | Promise<string | null | undefined>;
   /** An engine to share with other builders or with non-tRPC consumers; the options above then only configure the adapter. */
   engine?: IdempotencyEngine;
+  /**
+   * The router's data transformer, the one given to `initTRPC.create({ transformer })`
+   * (`null` when it has none): results are stored through it, so a replay
+   * is what the first call returned (with superjson: the same Date, Map, BigInt).
+   * Needed with `@trpc/server` 11.19 to 11.21, whose builders do not carry the
+   * router's configuration; from 11.22 it is read from the builder, and a
+   * transformer given here must be the router's.
+   * @default the builder's (`@trpc/server` >= 11.22); required below
+   */
+  transformer?: DataTransformerOption | null;
 }
+
+/** A transformer as `initTRPC.create()` takes it: one object, or an `{ input, output }` pair. */
+export type DataTransformerOption =
+  | { serialize: (value: any) => any; deserialize: (value: any) => any }
+  | TRPCCombinedDataTransformer;
 
 const ENGINE_OPTIONS = [
   'store',
@@ -92,10 +107,17 @@ const ENGINE_OPTIONS = [
   'maxRunTime',
 ] as const satisfies readonly (keyof IdempotencyEngineOptions)[];
 
-type AnyBuilder = TRPCProcedureBuilder<any, any, any, any, any, any, any, any, any>;
-type ContextOf<B> = B extends TRPCProcedureBuilder<infer C, any, infer CO, any, any, any, any, any, any>
-  ? Omit<C, keyof CO> & CO
-  : never;
+/**
+ * A procedure builder, by shape: `TRPCProcedureBuilder`'s number of type
+ * parameters changed within tRPC 11 (8 in 11.19, 9 later), so naming it
+ * would tie these declarations to one version.
+ */
+interface AnyBuilder {
+  _def: { procedure?: boolean; meta?: unknown };
+  mutation(resolver: (opts: any) => any): any;
+}
+/** The context a resolver of `B` gets, after its middlewares. */
+type ContextOf<B> = B extends { mutation(resolver: (opts: infer O) => any): any } ? (O extends { ctx: infer C } ? C : never) : never;
 
 /**
  * Makes every mutation built from `base` idempotent. Chain `.input()`,
@@ -131,8 +153,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   const replayedHeader = options.replayedHeader ?? 'Idempotent-Replayed';
   const { scope, getKey } = options;
   const defaultRequired = options.required ?? true;
-  const transformer = (base._def as { config?: { transformer?: TRPCCombinedDataTransformer } }).config?.transformer;
-  const codec = trpcCodec(transformer);
+  const codec = trpcCodec(routerTransformer(base, options.transformer));
 
   // initialized per procedure, when `.mutation()` is called
   /**
@@ -184,7 +205,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           return idempotentCall.exit(() => resolver(opts));
         }
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
-        const where = isBatchRequest(ctx) && batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
+        const where = batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
         throw toTRPCError(
           new IdempotencyKeyError(
             'key_missing',
@@ -231,7 +252,10 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
       }
 
       if (result.replayed) {
-        setResponseHeader(ctx, isBatchRequest(ctx) ? `${replayedHeader}-${batchIndex}` : replayedHeader, 'true');
+        // Call 0 of a context that cannot tell a batch from a single call gets both names.
+        const batch = batchOf(ctx, batchIndex);
+        if (batch !== false) setResponseHeader(ctx, `${replayedHeader}-${batchIndex}`, 'true');
+        if (batch !== true) setResponseHeader(ctx, replayedHeader, 'true');
       }
       if (!result.ok) throw isIdempotencyError(result.error) ? toTRPCError(result.error) : result.error;
       return result.value;
@@ -328,6 +352,66 @@ function checkOptions(base: unknown, options: unknown): void {
         `withIdempotency: engine must be an engine made by createIdempotencyEngine(); got ${missing}. Leave it out to let withIdempotency make one.`,
       );
     }
+  }
+}
+
+/**
+ * The transformer results are stored through. From `@trpc/server` 11.22 a
+ * builder carries its root config (`_def.config`); before, nothing a builder
+ * or a middleware sees names the router's transformer, so the caller must
+ * say it. Guessing would be worse than failing: a router with superjson whose
+ * results were stored as plain JSON replays a Date as a string and a BigInt
+ * as an error, without a word.
+ */
+function routerTransformer(base: AnyBuilder, given: DataTransformerOption | null | undefined): TRPCCombinedDataTransformer | undefined {
+  const config = (base._def as { config?: { transformer?: TRPCCombinedDataTransformer } }).config;
+  const own = config?.transformer;
+  if (given === undefined) {
+    if (config === undefined) {
+      throw new IdempotencyConfigError(
+        'withIdempotency: this @trpc/server (before 11.22) does not tell a procedure builder which data transformer the router uses, ' +
+          'and replays must go through it. Pass the one given to initTRPC.create(): `transformer: superjson`, or `transformer: null` if the router has none.',
+      );
+    }
+    return own;
+  }
+  const combined = given === null ? undefined : combine(given);
+  // initTRPC keeps the transformer it was given as `output` (or the pair as is): the same object, or not the router's.
+  if (own !== undefined && combined !== undefined && own.output !== combined.output && own.output.serialize !== combined.output.serialize) {
+    throw new IdempotencyConfigError(
+      'withIdempotency: transformer is not the one the router was created with (initTRPC.create({ transformer })). Pass the same one, or leave the option out (this @trpc/server reads it from the builder).',
+    );
+  }
+  if (own !== undefined && combined === undefined && !isIdentity(own)) {
+    throw new IdempotencyConfigError(
+      'withIdempotency: transformer is null, but the router was created with a data transformer. Leave the option out (this @trpc/server reads it from the builder), or pass that transformer.',
+    );
+  }
+  return combined ?? own;
+}
+
+function combine(given: DataTransformerOption): TRPCCombinedDataTransformer {
+  const pair = given as Partial<TRPCCombinedDataTransformer>;
+  if (isTransformer(pair.input) && isTransformer(pair.output)) return given as TRPCCombinedDataTransformer;
+  if (isTransformer(given)) return { input: given, output: given };
+  throw new IdempotencyConfigError(
+    `withIdempotency: transformer must be a data transformer, such as superjson (an object with serialize and deserialize, or an { input, output } pair), or null; got ${describeValue(given)}.`,
+  );
+}
+
+/** superjson's default export is a class with static methods: a function, not an object. */
+function isTransformer(value: unknown): value is TRPCCombinedDataTransformer['output'] {
+  const t = value as { serialize?: unknown; deserialize?: unknown } | null | undefined;
+  return (typeof t === 'object' || typeof t === 'function') && t !== null && typeof t.serialize === 'function' && typeof t.deserialize === 'function';
+}
+
+/** tRPC's default transformer passes values through untouched. */
+function isIdentity(transformer: TRPCCombinedDataTransformer): boolean {
+  const probe = { probe: 1 };
+  try {
+    return transformer.output.serialize(probe) === probe;
+  } catch {
+    return false;
   }
 }
 
