@@ -1,5 +1,6 @@
 // trpc-idempotency/client: the @trpc/client half. Runs in browsers: no `node:`
-// imports, and nothing of @trpc/server at run time (types only).
+// imports. The only @trpc/server module it loads at run time is
+// @trpc/server/observable, which @trpc/client loads itself.
 
 import type { IdempotencyKeySource } from './client/key.js';
 

@@ -85,7 +85,7 @@ describe('purgeExpired', () => {
 
 describe('store failures on PostgreSQL', () => {
   it('a statement timeout follows onStoreError: 503 when failing closed, with the reason in the event', async () => {
-    const { createIdempotencyEngine, recordId } = await import('../src/index.js');
+    const { createIdempotencyEngine, recordId } = await import('../src/core.js');
     const { drizzle } = await import('drizzle-orm/node-postgres');
     const pg = (await import('pg')).default;
     const { withSearchPath, DATABASE_URL } = await import('./helpers/postgres.js');

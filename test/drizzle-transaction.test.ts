@@ -16,9 +16,9 @@ import {
   type IdempotencyMeta,
   idempotencyErrorFormatter,
   memoryStore,
-  recordId,
   withIdempotency,
 } from '../src/index.js';
+import { recordId } from '../src/core.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 import { createClient, rejectionOf, startServer, type TestServer } from './helpers/trpc.js';
 
@@ -142,8 +142,9 @@ describe('transactional mode', () => {
     expect(error.data).toMatchObject({ httpStatus: 409, idempotency: { reason: 'in_progress' } });
     expect(await chargesFor(key)).toBe(0);
     expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toEqual(['fenced']);
-    const { rows } = await pgs.pool.query('select token, state from idempotency_keys where id = $1', [recordId(undefined, 'charge', key)]);
-    expect(rows).toEqual([{ token: 'thief', state: 'in_progress' }]);
+    // the record is still the thief's live claim (its fingerprint), not the fenced holder's outcome
+    const probe = { id: recordId(undefined, 'charge', key), fingerprint: 'probe', token: 'probe', lockTtl: 1_000 };
+    expect(await drizzleStore({ db: pgs.db }).claim(probe)).toMatchObject({ state: 'in_progress', fingerprint: 'other' });
   });
 
   it('tells a procedure that asks for the transaction outside transactional mode what to change', async () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalize, fingerprint, IdempotencyInputError, MAX_FINGERPRINT_DEPTH } from '../src/index.js';
+import { IdempotencyError } from '../src/index.js';
+import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../src/core.js';
 
 describe('fingerprint', () => {
   it('is a SHA-256 in base64url, independent of key order at any depth', () => {
@@ -69,7 +70,7 @@ describe('fingerprint', () => {
   it('refuses cycles and excessive depth with a clear error instead of overflowing the stack', () => {
     const cyclic: Record<string, unknown> = { a: 1 };
     cyclic.self = cyclic;
-    expect(() => fingerprint('p', cyclic)).toThrow(IdempotencyInputError);
+    expect(() => fingerprint('p', cyclic)).toThrow(IdempotencyError);
     expect(() => fingerprint('p', cyclic)).toThrow(/contains a cycle/);
 
     let deep: unknown = 'leaf';
@@ -109,7 +110,7 @@ describe('fingerprint of opaque and class values', () => {
   });
 
   it('refuses a Blob (nothing to compare) rather than fingerprint every Blob alike', () => {
-    expect(() => canonicalize({ upload: new Blob(['one']) })).toThrow(IdempotencyInputError);
+    expect(() => canonicalize({ upload: new Blob(['one']) })).toThrow(IdempotencyError);
     expect(() => canonicalize({ upload: new Blob(['one']) })).toThrow(/contains a Blob/);
   });
 

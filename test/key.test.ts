@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { IdempotencyKeyError, MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from '../src/index.js';
+import { IdempotencyError } from '../src/index.js';
+import { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from '../src/core.js';
 
 describe('parseIdempotencyKey', () => {
   it('accepts 1 to 255 printable ASCII characters as they are', () => {
@@ -29,8 +30,8 @@ describe('parseIdempotencyKey', () => {
     } catch (error) {
       thrown = error;
     }
-    expect(thrown).toBeInstanceOf(IdempotencyKeyError);
-    expect((thrown as IdempotencyKeyError).reason).toBe('key_invalid');
+    expect(thrown).toBeInstanceOf(IdempotencyError);
+    expect((thrown as IdempotencyError).reason).toBe('key_invalid');
     expect((thrown as Error).message).toMatch(message);
   });
 

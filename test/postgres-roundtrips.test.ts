@@ -6,7 +6,8 @@ import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { drizzleStore } from '../src/drizzle.js';
-import { createIdempotencyEngine, recordId } from '../src/index.js';
+import { createIdempotencyEngine } from '../src/index.js';
+import { recordId } from '../src/core.js';
 import { gate } from './helpers/trpc.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 

@@ -14,8 +14,8 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
   memoryStore,
-  recordId,
 } from '../src/index.js';
+import { recordId } from '../src/core.js';
 import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './helpers/postgres.js';

@@ -13,15 +13,14 @@ import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { z } from 'zod';
 import {
-  fingerprint,
   type IdempotencyEvent,
   type IdempotencyMeta,
   type IdempotencyStore,
   idempotencyErrorFormatter,
   memoryStore,
-  recordId,
   withIdempotency,
 } from '../src/index.js';
+import { fingerprint, recordId } from '../src/core.js';
 import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema, pgliteDb } from './helpers/postgres.js';

@@ -765,10 +765,10 @@ describe('the builder, further', () => {
   });
 
   it('keeps data.idempotency when a procedure has its own .errors() formatter only if that formatter adds it', async () => {
-    const { getIdempotencyErrorData } = await import('../src/index.js');
+    const { idempotencyErrorData } = await import('../src/index.js');
     const router = t.router({
       op: idem()
-        .errors(({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: getIdempotencyErrorData(error), app: 'x' } }))
+        .errors(({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error), app: 'x' } }))
         .mutation(() => 1),
     });
     const client = await serve(router);

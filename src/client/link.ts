@@ -1,11 +1,13 @@
 import { type Operation, type OperationResultEnvelope, TRPCClientError, type TRPCLink } from '@trpc/client';
 import type { AnyTRPCRouter } from '@trpc/server';
-import type { Unsubscribable } from '@trpc/server/observable';
+// tRPC's own observable, as its retryLink uses. The only @trpc/server module this
+// entry loads at run time: @trpc/client imports it (and other @trpc/server
+// modules) itself, so it adds nothing to what a tRPC client already loads.
+import { observable, type Unsubscribable } from '@trpc/server/observable';
 import { IdempotencyConfigError } from '../core/errors.js';
 import { backoffDelay, DEFAULT_RETRY } from './backoff.js';
 import { getRetryAfterMs, isRetryableError } from './errors.js';
 import { canMakeRandomKeys, randomKey, resolveKey } from './key.js';
-import { createObservable } from './observable.js';
 
 type ClientError = TRPCClientError<AnyTRPCRouter>;
 
@@ -127,7 +129,7 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
     return ({ op, next }) => {
       // initialized for request
       if (op.type !== 'mutation') return next(op);
-      return createObservable<OperationResultEnvelope<unknown, ClientError>, ClientError>((observer) => {
+      return observable<OperationResultEnvelope<unknown, ClientError>, ClientError>((observer) => {
         const signal = op.signal ?? undefined;
         let key: string;
         try {
@@ -197,25 +199,37 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
               failed(TRPCClientError.from(timeoutReason(timeoutMs, attempts)));
             }, timeoutMs);
           }
-          const subscription = next(keyed).subscribe({
-            next(envelope) {
-              if (!done) observer.next(envelope);
-            },
-            error(error) {
-              if (done) return;
-              done = true;
-              clearTimeout(attemptTimer);
-              current = undefined;
-              failed(error);
-            },
-            complete() {
-              if (done) return;
-              done = true;
-              current = undefined;
-              stop();
-              observer.complete();
-            },
-          });
+          let subscription: Unsubscribable;
+          try {
+            // `finished`: tRPC's observable still forwards what arrives after an unsubscribe.
+            subscription = next(keyed).subscribe({
+              next(envelope) {
+                if (!done && !finished) observer.next(envelope);
+              },
+              error(error) {
+                if (done || finished) return;
+                done = true;
+                clearTimeout(attemptTimer);
+                current = undefined;
+                failed(error);
+              },
+              complete() {
+                if (done || finished) return;
+                done = true;
+                current = undefined;
+                stop();
+                observer.complete();
+              },
+            });
+          } catch (cause) {
+            if (finished) throw cause; // thrown by our own subscriber, once notified
+            // A link below that throws instead of erroring: the call fails, not retried.
+            done = true;
+            clearTimeout(attemptTimer);
+            current = undefined;
+            fail(TRPCClientError.from(cause as Error));
+            return;
+          }
           if (!done) current = subscription;
         }
 

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { signalGetter } from './signal-getter.js';
 
 /** What a protected operation can reach from anywhere in its call. */
 export interface IdempotentCall {
@@ -29,18 +30,10 @@ const claimedBrand = Symbol.for('trpc-idempotency.claimed');
  * from `source` (the lease), which makes one only for an operation that looks.
  */
 export function claimedCall(source: { readonly signal: AbortSignal }, transaction: unknown): IdempotentCall {
-  return Object.defineProperty({ [claimedBrand]: true, [signalSource]: source, transaction }, 'signal', SIGNAL) as unknown as IdempotentCall;
+  return withSourceSignal({ [claimedBrand]: true, transaction }, source);
 }
 
-const signalSource = Symbol('signalSource');
-// One getter for every call (an object literal with a getter of its own gets a
-// hidden class of its own, which makes every young-generation GC slower).
-const SIGNAL: PropertyDescriptor = {
-  get(this: { [signalSource]: { readonly signal: AbortSignal } }) {
-    return this[signalSource].signal;
-  },
-  enumerable: true,
-};
+const withSourceSignal = signalGetter((source: { readonly signal: AbortSignal }) => source.signal);
 
 /** True for a call made by {@link claimedCall}, not one the engine runs unprotected. */
 export function isClaimedCall(call: object): boolean {

@@ -59,34 +59,10 @@ export class IdempotencyError extends Error {
   }
 }
 
-/** The key is missing or malformed (HTTP 400). */
-export class IdempotencyKeyError extends IdempotencyError {
-  override readonly name = 'IdempotencyKeyError';
-}
-
-/** A request with the same key is still in flight (HTTP 409). */
-export class IdempotencyConflictError extends IdempotencyError {
-  override readonly name = 'IdempotencyConflictError';
-}
-
-/** The key was already used with another payload (HTTP 422). */
-export class IdempotencyMismatchError extends IdempotencyError {
-  override readonly name = 'IdempotencyMismatchError';
-}
-
-/** The store failed or timed out, and the policy is fail-closed (HTTP 503). */
-export class IdempotencyStoreError extends IdempotencyError {
-  override readonly name = 'IdempotencyStoreError';
-}
-
-/** The operation ran, but its result was larger than `maxResponseBytes`, so a retry cannot replay it (HTTP 500). */
-export class IdempotencyResponseTooLargeError extends IdempotencyError {
-  override readonly name = 'IdempotencyResponseTooLargeError';
-}
-
-/** The input could not be fingerprinted (HTTP 400). */
-export class IdempotencyInputError extends IdempotencyError {
-  override readonly name = 'IdempotencyInputError';
+/** The 409 of a key in flight: {@link IN_PROGRESS_MESSAGE}, why (when there is more to say), and when to retry. */
+export function inProgressError(retryAfter: number, why?: string): IdempotencyError {
+  const detail = why === undefined ? '' : `: ${why}`;
+  return new IdempotencyError('in_progress', `${IN_PROGRESS_MESSAGE}${detail}. Retry with the same key after ${retryAfter} s.`, { retryAfter });
 }
 
 /**

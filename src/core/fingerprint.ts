@@ -1,5 +1,5 @@
 import * as crypto from 'node:crypto';
-import { IdempotencyInputError } from './errors.js';
+import { IdempotencyError } from './errors.js';
 
 /** Inputs nested deeper than this are refused rather than risk the stack. */
 export const MAX_FINGERPRINT_DEPTH = 512;
@@ -46,15 +46,15 @@ function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancest
     case 'object':
       return value === null ? 'n' : encodeObject(value, exclude, ancestors);
     default:
-      throw new IdempotencyInputError(
+      throw new IdempotencyError(
         'input_unsupported',
         `The input contains a ${typeof value}, which cannot be fingerprinted. Send plain data (objects, arrays, strings, numbers).`,
       );
   }
 }
 
-function unsupported(what: string): IdempotencyInputError {
-  return new IdempotencyInputError(
+function unsupported(what: string): IdempotencyError {
+  return new IdempotencyError(
     'input_unsupported',
     `The input contains ${what}, which cannot be fingerprinted, so reuse of a key with another one could not be detected. ` +
       'Parse it into plain data (objects, arrays, strings, numbers) before the procedure, or protect it with getKey and a payload of your own.',
@@ -63,13 +63,13 @@ function unsupported(what: string): IdempotencyInputError {
 
 function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
   if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
-    throw new IdempotencyInputError(
+    throw new IdempotencyError(
       'input_unsupported',
       `The input is nested more than ${MAX_FINGERPRINT_DEPTH} levels deep and cannot be fingerprinted. Flatten the payload.`,
     );
   }
   if (ancestors.includes(value)) {
-    throw new IdempotencyInputError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
+    throw new IdempotencyError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
   }
   if (value instanceof Date) {
     const time = value.getTime();

@@ -1,4 +1,4 @@
-import { IdempotencyKeyError } from './errors.js';
+import { IdempotencyError } from './errors.js';
 
 /** The longest key accepted, as in the IETF `Idempotency-Key` draft and Stripe. */
 export const MAX_KEY_LENGTH = 255;
@@ -11,7 +11,7 @@ export const MAX_KEY_LENGTH = 255;
  * and `\\` escapes); a bare value (what Stripe's clients send) is taken as is.
  * The key must then be 1 to 255 characters of printable ASCII (0x20-0x7E).
  *
- * @throws {IdempotencyKeyError} with reason `key_invalid`, saying what is wrong.
+ * @throws {IdempotencyError} with reason `key_invalid`, saying what is wrong.
  */
 export function parseIdempotencyKey(raw: string, headerName = 'Idempotency-Key'): string {
   const key = raw.length >= 2 && raw.charCodeAt(0) === 0x22 ? unquote(raw, headerName) : raw;
@@ -57,8 +57,8 @@ function unquote(raw: string, headerName: string): string {
   return out;
 }
 
-function invalid(message: string): IdempotencyKeyError {
-  return new IdempotencyKeyError('key_invalid', message);
+function invalid(message: string): IdempotencyError {
+  return new IdempotencyError('key_invalid', message);
 }
 
 // Escaping keeps the parts of a record id unambiguous: a scope `a:b` and a

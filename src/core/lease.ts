@@ -1,4 +1,4 @@
-import { every } from './timer-list.js';
+import { signalGetter } from './signal-getter.js';
 
 export interface LeaseOptions {
   lockTtl: number;
@@ -46,7 +46,7 @@ export function startLease(options: LeaseOptions): Lease {
     lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
     controller?.abort(lostWith);
   };
-  const timer = every(Math.max(Math.floor(lockTtl / 3), 1), () => {
+  const timer = setInterval(() => {
     if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
     if (inFlight) return;
     inFlight = true;
@@ -64,33 +64,21 @@ export function startLease(options: LeaseOptions): Lease {
         if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
       },
     );
-  });
+  }, Math.max(Math.floor(lockTtl / 3), 1));
+  timer.unref();
 
   function stop() {
     stopped = true;
-    timer.stop();
+    clearInterval(timer);
   }
 
-  const lease = {
-    stop,
-    wasLost: () => lostWith !== undefined,
-    [makeSignal]: () => {
-      if (controller === undefined) {
-        controller = new AbortController();
-        if (lostWith !== undefined) controller.abort(lostWith);
-      }
-      return controller.signal;
-    },
-  };
-  return Object.defineProperty(lease, 'signal', SIGNAL) as unknown as Lease;
+  return withLeaseSignal({ stop, wasLost: () => lostWith !== undefined }, () => {
+    if (controller === undefined) {
+      controller = new AbortController();
+      if (lostWith !== undefined) controller.abort(lostWith);
+    }
+    return controller.signal;
+  });
 }
 
-const makeSignal = Symbol('makeSignal');
-// One getter for every lease: an object literal with a getter of its own gets
-// a hidden class of its own, which makes every young-generation GC slower.
-const SIGNAL: PropertyDescriptor = {
-  get(this: { [makeSignal]: () => AbortSignal }) {
-    return this[makeSignal]();
-  },
-  enumerable: true,
-};
+const withLeaseSignal = signalGetter((makeSignal: () => AbortSignal) => makeSignal());

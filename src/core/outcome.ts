@@ -1,5 +1,5 @@
 import type { OutcomeCodec } from './codec.js';
-import { IdempotencyError, IdempotencyResponseTooLargeError } from './errors.js';
+import { IdempotencyError } from './errors.js';
 
 /**
  * The stored form of an operation's outcome, and what a replay of it gives.
@@ -43,7 +43,7 @@ export function markerOf(body: string): 'unreplayable' | 'response_too_large' | 
 /** The error a retry of a marked outcome gets: it ran once and will not run again. */
 export function markerError(marker: 'unreplayable' | 'response_too_large', maxBytes: number): IdempotencyError {
   if (marker === 'response_too_large') {
-    return new IdempotencyResponseTooLargeError(
+    return new IdempotencyError(
       'response_too_large',
       `The operation with this idempotency key ran, but its result was larger than maxResponseBytes (${maxBytes} bytes), so it was not stored and cannot be replayed. ` +
         'It will not run again with this key: check its effect by other means (for example, list the resource). Return a smaller result or raise maxResponseBytes.',

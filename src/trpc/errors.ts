@@ -31,7 +31,7 @@ export interface IdempotencyErrorData {
 }
 
 /** The machine-readable part of an idempotency error, for your own `errorFormatter`. */
-export function getIdempotencyErrorData(error: unknown): IdempotencyErrorData | undefined {
+export function idempotencyErrorData(error: unknown): IdempotencyErrorData | undefined {
   const found = findIdempotencyError(error);
   if (found === undefined) return undefined;
   return found.retryAfter === undefined ? { reason: found.reason } : { reason: found.reason, retryAfter: found.retryAfter };
@@ -44,12 +44,12 @@ export function getIdempotencyErrorData(error: unknown): IdempotencyErrorData | 
  * @example
  * initTRPC.create({ errorFormatter: idempotencyErrorFormatter });
  * // or, with your own formatter:
- * errorFormatter: ({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: getIdempotencyErrorData(error) } })
+ * errorFormatter: ({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error) } })
  */
 export function idempotencyErrorFormatter<TShape extends { data: object }>(opts: {
   shape: TShape;
   error: TRPCError;
 }): TShape & { data: TShape['data'] & { idempotency?: IdempotencyErrorData } } {
-  const idempotency = getIdempotencyErrorData(opts.error);
+  const idempotency = idempotencyErrorData(opts.error);
   return idempotency === undefined ? opts.shape : { ...opts.shape, data: { ...opts.shape.data, idempotency } };
 }

@@ -1,4 +1,4 @@
-import { IdempotencyKeyError } from '../core/errors.js';
+import { IdempotencyError } from '../core/errors.js';
 
 /**
  * Reading the key from, and writing headers to, the HTTP request behind a tRPC
@@ -75,7 +75,7 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
     }
   }
   if (value !== undefined && value.charCodeAt(0) !== 0x22 && value.includes(',')) {
-    throw new IdempotencyKeyError(
+    throw new IdempotencyError(
       'key_invalid',
       `The ${label} header holds more than one value (it was sent more than once, or its value contains a comma): ` +
         'send it once per call, with one key. A key that contains a comma must be sent as a quoted string, such as "a,b".',
@@ -84,8 +84,8 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
   return value;
 }
 
-function sentTimes(label: string, times: number): IdempotencyKeyError {
-  return new IdempotencyKeyError('key_invalid', `The ${label} header was sent ${times} times; send it once per call.`);
+function sentTimes(label: string, times: number): IdempotencyError {
+  return new IdempotencyError('key_invalid', `The ${label} header was sent ${times} times; send it once per call.`);
 }
 
 /** True when the context comes from tRPC's WebSocket adapter (`res` is the socket). */
@@ -109,7 +109,7 @@ export function readKeyHeader(ctx: unknown, header: string, batchIndex: number, 
   if (batchIndex !== 0) return indexed;
   const plain = readHeader(ctx, header, label);
   if (indexed !== undefined && plain !== undefined && indexed !== plain) {
-    throw new IdempotencyKeyError('key_invalid', `Call 0 of this batch has two different keys, in ${label} and ${label}-0. Send one of them.`);
+    throw new IdempotencyError('key_invalid', `Call 0 of this batch has two different keys, in ${label} and ${label}-0. Send one of them.`);
   }
   return indexed ?? plain;
 }

@@ -1,14 +1,11 @@
 import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer } from '@trpc/server';
-import { createIdempotencyEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from '../core/engine.js';
-import {
-  IdempotencyConfigError,
-  IdempotencyConflictError,
-  IdempotencyKeyError,
-  isIdempotencyError,
-} from '../core/errors.js';
+import type { IdempotencyEngine, IdempotencyEngineOptions } from '../core/engine.js';
+import { createIdempotencyEngine } from '../engine.js';
+import { IdempotencyConfigError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import { idempotentCall, isClaimedCall } from '../core/context.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
+import { signalGetter } from '../core/signal-getter.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
 import { batchOf, hasRequestHeaders, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
@@ -207,7 +204,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
         const where = batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
         throw toTRPCError(
-          new IdempotencyKeyError(
+          new IdempotencyError(
             'key_missing',
             `This mutation requires an ${headerLabel} header. Generate a unique key (such as a UUID v4) when the user starts the operation and send it on every retry.${where}`,
           ),
@@ -245,7 +242,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         });
       } catch (error) {
         if (!isIdempotencyError(error)) throw error;
-        if (error instanceof IdempotencyConflictError || error.retryAfter !== undefined) {
+        if (error.reason === 'in_progress' || error.retryAfter !== undefined) {
           setResponseHeader(ctx, 'Retry-After', String(error.retryAfter ?? 1));
         }
         throw toTRPCError(error);
@@ -454,22 +451,14 @@ function checkScope(value: unknown, path: string): string | undefined {
   );
 }
 
-const claim = Symbol('claim');
 // The resolver's `signal` is the claim's, read through so that it is made only
-// for a resolver that reads it. One shared getter: an object literal with a
-// getter of its own gets a hidden class of its own, which slows every young GC.
-const CLAIM_SIGNAL: PropertyDescriptor = {
-  get(this: { [claim]: { readonly signal: AbortSignal } }) {
-    return this[claim].signal;
-  },
-  enumerable: true,
-  configurable: true,
-};
+// for a resolver that reads it (see signalGetter).
+
+const withCallSignal = signalGetter((call: { readonly signal: AbortSignal }) => call.signal);
 
 function withClaimSignal(opts: Record<string | symbol, unknown>, call: { readonly signal: AbortSignal }): unknown {
   const { signal: _, ...rest } = opts;
-  rest[claim] = call;
-  return Object.defineProperty(rest, 'signal', CLAIM_SIGNAL);
+  return withCallSignal(rest, call);
 }
 
 function isBuilder(value: unknown): value is AnyBuilder {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { ClaimInput, ClaimResult, IdempotencyStore } from '../../src/index.js';
+import type { IdempotencyStore } from '../../src/index.js';
+import type { ClaimInput, ClaimResult } from '../../src/core.js';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;

@@ -12,15 +12,8 @@ import { Redis } from 'ioredis';
 import superjson from 'superjson';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  canonicalize,
-  fingerprint,
-  idempotencyErrorFormatter,
-  IdempotencyInputError,
-  type IdempotencyMeta,
-  MAX_FINGERPRINT_DEPTH,
-  withIdempotency,
-} from '../../src/index.js';
+import { idempotencyErrorFormatter, IdempotencyError, type IdempotencyMeta, withIdempotency } from '../../src/index.js';
+import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../../src/core.js';
 import { redisStore } from '../../src/redis.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
@@ -135,8 +128,8 @@ describe('deep nesting', () => {
           refused = error;
         }
         if (path.length > MAX_FINGERPRINT_DEPTH) {
-          expect(refused).toBeInstanceOf(IdempotencyInputError);
-          expect((refused as IdempotencyInputError).reason).toBe('input_unsupported');
+          expect(refused).toBeInstanceOf(IdempotencyError);
+          expect((refused as IdempotencyError).reason).toBe('input_unsupported');
         } else {
           expect(refused).toBeUndefined();
         }
@@ -148,7 +141,7 @@ describe('deep nesting', () => {
   it('100,000 levels through the engine API directly: the same clear error', () => {
     let value: unknown = 1;
     for (let i = 0; i < 100_000; i++) value = { a: value };
-    expect(() => fingerprint('op', value, new Set(['nonce']))).toThrow(IdempotencyInputError);
+    expect(() => fingerprint('op', value, new Set(['nonce']))).toThrow(IdempotencyError);
   });
 });
 

@@ -12,18 +12,18 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createIdempotencyEngine,
-  DEFAULT_POLICY,
   idempotencyErrorFormatter,
   type IdempotencyEvent,
   type IdempotencyMeta,
   withIdempotency,
 } from '../../src/index.js';
+import { DEFAULT_POLICY } from '../../src/core.js';
 import { redisStore } from '../../src/redis.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
 import { sleep } from '../helpers/redis.js';
 import { startServer, type TestServer } from '../helpers/trpc.js';
-import { type FaultApp, pay, startFaultApp } from './helpers/app.js';
+import { type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
 
 let redisServer: PrivateRedis;
 let redis: Redis;
@@ -150,14 +150,14 @@ describe('oversized outputs', () => {
 describe('slow procedures near lockTtl, on a Redis answering 50 ms late', () => {
   const LOCK_TTL = 900;
   let proxy: TcpProxy;
-  const apps: FaultApp[] = [];
+  const apps: PayApp[] = [];
   beforeAll(async () => {
     proxy = await startTcpProxy({ targetPort: redisServer.port, delayMs: 50 });
     closers.push(() => proxy.close());
     for (let i = 0; i < 2; i++) {
       const client = new Redis({ port: proxy.port });
       closers.push(() => client.disconnect());
-      const app = await startFaultApp(redisStore({ client, prefix: 'slow:' }), { lockTtl: LOCK_TTL });
+      const app = await startPayApp({ store: redisStore({ client, prefix: 'slow:' }), lockTtl: LOCK_TTL });
       closers.push(() => app.close());
       apps.push(app);
     }

@@ -9,24 +9,24 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashRecordId } from '../../src/core/events.js';
-import { recordId } from '../../src/index.js';
+import { recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
 import { type PrivatePostgres, startPrivatePostgres } from '../helpers/postgres-server.js';
 import { sleep } from '../helpers/redis.js';
-import { type FaultApp, startFaultApp } from './helpers/app.js';
+import { type PayApp, startPayApp } from '../fixtures/pay-app.js';
 import { conflictingResults, lostOutcomes, runLoad } from './helpers/load.js';
 
 const LOCK_TTL = 3_000; // storeTimeout 1 s must be at most lockTtl / 3
 
 let server: PrivatePostgres;
 let pool: pg.Pool;
-let app: FaultApp;
+let app: PayApp;
 beforeAll(async () => {
   server = await startPrivatePostgres();
   pool = new pg.Pool({ connectionString: server.url, max: 10 });
   // Idle connections die with the server: without a listener, that would crash the app.
   pool.on('error', () => {});
-  app = await startFaultApp(drizzleStore({ db: drizzle(pool) }), { lockTtl: LOCK_TTL, storeTimeout: 1_000 });
+  app = await startPayApp({ store: drizzleStore({ db: drizzle(pool) }), lockTtl: LOCK_TTL, storeTimeout: 1_000 });
 });
 afterAll(async () => {
   await app?.close();

@@ -11,11 +11,11 @@ import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fingerprint, recordId } from '../../src/index.js';
+import { fingerprint, recordId } from '../../src/core.js';
 import { redisStore, type RedisStore } from '../../src/redis.js';
 import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
 import { sleep } from '../helpers/redis.js';
-import { amountOf, type FaultApp, pay, startFaultApp } from './helpers/app.js';
+import { amountOf, type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
 import { conflictingResults, lostOutcomes, runLoad } from './helpers/load.js';
 
 const run = promisify(execFile);
@@ -23,7 +23,7 @@ const LOCK_TTL = 1_500;
 
 let cluster: PrivateCluster;
 const clients: Cluster[] = [];
-const apps: FaultApp[] = [];
+const apps: PayApp[] = [];
 let store: RedisStore;
 
 beforeAll(async () => {
@@ -35,7 +35,7 @@ beforeAll(async () => {
     clients.push(client);
     const instanceStore = redisStore({ client, prefix: 'cl:' });
     store ??= instanceStore;
-    apps.push(await startFaultApp(instanceStore, { lockTtl: LOCK_TTL }));
+    apps.push(await startPayApp({ store: instanceStore, lockTtl: LOCK_TTL }));
   }
 }, 90_000);
 afterAll(async () => {

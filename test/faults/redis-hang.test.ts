@@ -4,29 +4,23 @@
  * redis-server of this file's own, with a default ioredis client.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { redisStore } from '../../src/redis.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { gate, sleep } from '../helpers/trpc.js';
-import { type FaultApp, pay, retryUntilAnswered, startFaultApp } from './helpers/app.js';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 3_000;
 const STORE_TIMEOUT = 500;
 const SLACK = 4_000;
 
 let redis: ControlledRedis;
-let client: Redis;
-let app: FaultApp;
+let app: PayApp;
 beforeAll(async () => {
   redis = await startControlledRedis({ persist: false });
-  client = new Redis({ port: redis.port, host: '127.0.0.1' });
-  client.on('error', () => {});
-  app = await startFaultApp(redisStore({ client, prefix: 'hang:' }), { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+  app = await startPayApp({ store: { redis: redis.url, prefix: 'hang:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
 });
 afterAll(async () => {
   await app?.close();
-  client?.disconnect();
   await redis?.destroy();
 });
 afterEach(() => {

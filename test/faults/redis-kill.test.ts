@@ -8,13 +8,12 @@
  * shows what that costs.
  */
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETE } from '../../src/stores/redis-scripts.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { startTriggerProxy, type TriggerMode, type TriggerProxy } from '../helpers/trigger-proxy.js';
 import { gate } from '../helpers/trpc.js';
-import { type FaultApp, pay, retryUntilAnswered, startRedisFaultApp } from './helpers/app.js';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 5_000;
 const STORE_TIMEOUT = 500;
@@ -27,10 +26,10 @@ afterEach(async () => {
 });
 
 /** An app on `port` with a default ioredis client, its scripts loaded (so the crash also empties a warm script cache). */
-async function appOn(port: number): Promise<{ app: FaultApp; client: Redis }> {
-  const app = await startRedisFaultApp(port, 'kill:', { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+async function appOn(port: number): Promise<PayApp> {
+  const app = await startPayApp({ store: { redis: `redis://127.0.0.1:${port}`, prefix: 'kill:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT, warmUp: true });
   cleanups.push(() => app.close());
-  return { app, client: app.client };
+  return app;
 }
 
 describe('Redis killed at each point of a request (persistent Redis)', () => {
@@ -46,7 +45,7 @@ describe('Redis killed at each point of a request (persistent Redis)', () => {
   });
 
   it('before the claim: 503 within the store timeout, nothing runs, and the key runs once as soon as Redis is back', async () => {
-    const { app } = await appOn(redis.port);
+    const app = await appOn(redis.port);
     await redis.kill();
     const key = randomUUID();
     const refused = await pay(app.url, key, { amount: 100 });
@@ -66,7 +65,7 @@ describe('Redis killed at each point of a request (persistent Redis)', () => {
   });
 
   it('between the claim and the completion: the client gets its result, the completion lands when Redis is back, the retry replays', async () => {
-    const { app } = await appOn(redis.port);
+    const app = await appOn(redis.port);
     const key = randomUUID();
     const running = gate();
     app.hold(running.opened);
@@ -102,7 +101,7 @@ describe('Redis killed at each point of a request (persistent Redis)', () => {
       ['before Redis receives the completion', 'before-forward'],
       ['after Redis applied the completion, before its answer arrives', 'after-reply'],
     ])('killed %s: the client gets its result and the retry replays it; one execution', async (_label, mode) => {
-      const { app } = await appOn(proxy.port);
+      const app = await appOn(proxy.port);
       const key = randomUUID();
       const killed = proxy.arm(COMPLETE.sha, mode, () => redis.kill());
       const answer = await pay(app.url, key, { amount: 300 });
@@ -139,7 +138,7 @@ describe('Redis restarted empty (no persistence)', () => {
   });
 
   it('stored outcomes are lost: a retry after the restart runs the operation again', async () => {
-    const { app } = await appOn(redis.port);
+    const app = await appOn(redis.port);
     const key = randomUUID();
     const first = await pay(app.url, key, { amount: 400 });
     expect(first).toMatchObject({ status: 200, replayed: false });
@@ -154,7 +153,7 @@ describe('Redis restarted empty (no persistence)', () => {
   });
 
   it('claims are lost: a duplicate runs beside the running request; the fence keeps one outcome, the newer one', async () => {
-    const { app } = await appOn(redis.port);
+    const app = await appOn(redis.port);
     const key = randomUUID();
     const running = gate();
     app.hold(running.opened);

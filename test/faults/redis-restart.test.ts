@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { gate } from '../helpers/trpc.js';
-import { type FaultApp, pay, retryUntilAnswered, startRedisFaultApp } from './helpers/app.js';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 5_000;
 const STORE_TIMEOUT = 500;
@@ -23,10 +23,11 @@ describe.each([
   ['restarted empty (no persistence)', false],
 ])('Redis %s, killed between the claim and the completion', (_label, persist) => {
   let redis: ControlledRedis;
-  let a: FaultApp;
-  let b: FaultApp;
+  let a: PayApp;
+  let b: PayApp;
   const executionsPerKey: Record<string, number[]> = { same: [], other: [] };
-  const appOn = (port: number) => startRedisFaultApp(port, 'restart:', { lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+  const appOn = (port: number) =>
+    startPayApp({ store: { redis: `redis://127.0.0.1:${port}`, prefix: 'restart:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT, warmUp: true });
 
   beforeAll(async () => {
     redis = await startControlledRedis({ persist });
@@ -88,7 +89,7 @@ describe('a completion queued through an outage longer than lockTtl', () => {
 
   it('lands when Redis is back, and is reported as stored, not as given up', async () => {
     const lockTtl = 1_500;
-    const app = await startRedisFaultApp(redis.port, 'queued:', { lockTtl, storeTimeout: 300 });
+    const app = await startPayApp({ store: { redis: redis.url, prefix: 'queued:' }, lockTtl, storeTimeout: 300, warmUp: true });
     try {
       const key = randomUUID();
       const charging = gate();

@@ -13,9 +13,9 @@ export interface Pod {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Starts a pod fixture (test/fixtures/<fixture>.ts) in a separate Node process and waits until it listens. */
-export function startPod(name: string, env: Record<string, string>, fixtureName = 'pod'): Promise<Pod> {
-  return startProcess(name, fileURLToPath(new URL(`../fixtures/${fixtureName}.ts`, import.meta.url)), env);
+/** Starts the pay app (test/fixtures/pay-app.ts, configured by `env`) in a separate Node process and waits until it listens. */
+export function startPod(name: string, env: Record<string, string>): Promise<Pod> {
+  return startProcess(name, fileURLToPath(new URL('../fixtures/pay-app.ts', import.meta.url)), env);
 }
 
 /**
@@ -29,14 +29,18 @@ export function startProcess(name: string, script: string, env: Record<string, s
   });
   return new Promise((resolve, reject) => {
     let out = '';
+    let started = false;
     const timer = setTimeout(() => reject(new Error(`pod ${name} did not start: ${out}`)), 20_000);
-    child.once('exit', (code) => reject(new Error(`pod ${name} exited with ${code}: ${out}`)));
+    const failedToStart = (code: number | null) => reject(new Error(`pod ${name} exited with ${code}: ${out}`));
+    child.once('exit', failedToStart);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
+      if (started) return; // later output is kept for waitFor, not matched again
       const match = ready.exec(out);
       if (match) {
+        started = true;
         clearTimeout(timer);
-        child.removeAllListeners('exit');
+        child.off('exit', failedToStart);
         const exited = new Promise<void>((done) => {
           if (child.exitCode !== null || child.signalCode !== null) done();
           else child.once('exit', () => done());

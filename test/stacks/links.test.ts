@@ -8,16 +8,22 @@
  * the packed library, without --legacy-peer-deps; the scenario is type-checked
  * against that version and run there (./links/scenario.ts).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { npmInstall, packLibrary, ROOT } from './pack.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NPM_FLAGS, packLibrary, REPO, run } from './pack.js';
 
 export const TRPC_VERSIONS = ['11.19.0', '11.22.1', '11.25.2'] as const;
 
 const dirs: string[] = [];
+let tgz: string;
+beforeAll(async () => {
+  const packDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-pack-'));
+  dirs.push(packDir);
+  ({ tgz } = await packLibrary(packDir));
+});
 afterAll(() => {
   if (process.env.KEEP_STACKS !== "1") for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
@@ -39,7 +45,7 @@ interface Report {
   leftOut: string;
 }
 
-function runScenario(version: string): Report {
+async function runScenario(version: string): Promise<Report> {
   const dir = mkdtempSync(join(tmpdir(), `trpc-idempotency-links-${version}-`));
   dirs.push(dir);
   writeFileSync(
@@ -55,13 +61,13 @@ function runScenario(version: string): Report {
         zod: '^3.24.2',
         '@types/node': '^20.19.0',
         eventsource: '^4.1.1',
-        'trpc-idempotency': `file:${packLibrary()}`,
+        'trpc-idempotency': `file:${tgz}`,
       },
     }),
   );
-  npmInstall(dir);
+  await run('npm', ['install', ...NPM_FLAGS], dir);
   mkdirSync(join(dir, 'src'));
-  copyFileSync(join(ROOT, 'test/stacks/links/scenario.ts'), join(dir, 'src/scenario.ts'));
+  copyFileSync(join(REPO, 'test/stacks/links/scenario.ts'), join(dir, 'src/scenario.ts'));
   writeFileSync(
     join(dir, 'tsconfig.json'),
     JSON.stringify({
@@ -81,17 +87,17 @@ function runScenario(version: string): Report {
   );
   // Type-checked against this tRPC version's declarations, ours included (skipLibCheck off). Errors
   // inside tRPC's own declarations (11.19's adapters/ws wants the 'ws' types) are tRPC's, not ours.
-  const tsc = spawnSync(join(ROOT, 'node_modules/.bin/tsc'), ['-p', dir], { cwd: dir, encoding: 'utf8' });
+  const tsc = spawnSync(join(REPO, 'node_modules/.bin/tsc'), ['-p', dir], { cwd: dir, encoding: 'utf8' });
   const errors = tsc.stdout.split('\n').filter((line) => /error TS\d+/.test(line) && !line.startsWith('node_modules/@trpc/'));
   expect(errors, `tsc against tRPC ${version}`).toEqual([]);
-  const out = execFileSync(process.execPath, [join(dir, 'out/scenario.js')], { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-  return JSON.parse(out.trim().split('\n').at(-1)!) as Report;
+  const { output } = await run(process.execPath, [join(dir, 'out/scenario.js')], dir);
+  return JSON.parse(output.trim().split('\n').at(-1)!) as Report;
 }
 
 describe.each(TRPC_VERSIONS)('tRPC %s, create-t3-app-shaped server', (version) => {
   let report: Report;
-  it('installs with the packed library without peer flags, type-checks, and runs', () => {
-    report = runScenario(version);
+  it('installs with the packed library without peer flags, type-checks, and runs', async () => {
+    report = await runScenario(version);
     expect(report.results).toHaveLength(8);
   });
 

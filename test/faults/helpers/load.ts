@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { amountOf, pay } from './app.js';
+import { amountOf, pay } from '../../fixtures/pay-app.js';
 
 export interface LoadOptions {
   /** Base URLs of the live application instances; read before every attempt. */

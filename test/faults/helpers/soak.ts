@@ -1,8 +1,8 @@
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { recordId } from '../../../src/index.js';
+import { fingerprint, recordId } from '../../../src/core.js';
 import { redisStore } from '../../../src/redis.js';
-import { type Pod, startProcess } from '../../helpers/pods.js';
+import { amountOf } from '../../fixtures/pay-app.js';
+import { type Pod, startPod } from '../../helpers/pods.js';
 import { type ControlledRedis, startControlledRedis } from '../../helpers/redis-process.js';
 import { startPrivateRedis } from '../../helpers/redis-server.js';
 import { type Attempt, type KeyRecord, type LoadResult, runLoad } from './load.js';
@@ -182,7 +182,6 @@ export interface SoakReport {
   notes: string[];
 }
 
-const FIXTURE = fileURLToPath(new URL('../fixtures/soak-pod.ts', import.meta.url));
 const PREFIX = 'soak:';
 const LOG_KEY = `${PREFIX}log`;
 
@@ -256,7 +255,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   async function launch(slot: 'a' | 'b') {
     const name = `${slot}${++generation[slot]}`;
     readyTimes.set(name, []);
-    const pod = await startProcess(name, FIXTURE, { REDIS_URL: store.url, LOG_URL: logUrl, PREFIX, LOG_KEY, LOCK_TTL: String(lockTtl) });
+    const pod = await startPod(name, { REDIS_URL: store.url, LOG_URL: logUrl, PREFIX, LOG_KEY, LOCK_TTL: String(lockTtl) });
     all.push(pod);
     podOfUrl.set(pod.url, name);
     let pending = '';
@@ -464,15 +463,23 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     let lostOutcomesAfterLastRestart = 0;
     let outcomesWipedAtEnd = 0;
     await once(store.url, async (redis) => {
+      // What the store holds for each key, asked through the store: a claim that acquires (then given back) found nothing.
       const records = redisStore({ client: redis, prefix: PREFIX });
+      const lookUp = async (key: string) => {
+        const probe = { id: recordId(undefined, 'pay', key), token: 'soak-probe' };
+        const found = await records.claim({ ...probe, fingerprint: fingerprint('pay', { amount: amountOf(key) }), lockTtl: 60_000 });
+        if (found.state !== 'acquired') return found;
+        await records.release(probe);
+        return undefined;
+      };
       for (let i = 0; i < succeeded.length; i += 1_000) {
         const batch = succeeded.slice(i, i + 1_000);
-        const pipeline = redis.pipeline();
-        for (const r of batch) pipeline.hmget(records.keyOf(recordId(undefined, 'pay', r.key)), 's', 'b');
-        const replies = (await pipeline.exec()) ?? [];
+        const replies = await Promise.all(batch.map((r) => lookUp(r.key)));
         batch.forEach((r, j) => {
-          const [state, body] = (replies[j]?.[1] ?? []) as [string | null, string | null];
-          const stored = state === 'c' && body !== null ? (JSON.parse(body) as { chargeId: string }).chargeId : undefined;
+          const found = replies[j];
+          const state = found?.state ?? null;
+          const body = found !== undefined && 'body' in found ? found.body : undefined;
+          const stored = state === 'completed' && body !== undefined ? (JSON.parse(body) as { chargeId: string }).chargeId : undefined;
           if (stored !== undefined && r.chargeIds.has(stored)) return;
           const completedHere = (podEvents.get(r.key) ?? []).some((e) => e.result === 'completed' && e.server === finalServer);
           if (!persist && !isAfter(r.key) && ((state === null && !completedHere) || (state !== null && rerunByRestart.has(r.key)))) {

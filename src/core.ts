@@ -1,0 +1,37 @@
+// trpc-idempotency/core: the engine without tRPC, for queue consumers, webhook
+// handlers and store authors. Loads nothing of @trpc/server.
+
+export { createIdempotencyEngine } from './engine.js';
+export type { ExecuteInput, ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions, RunOptions } from './core/engine.js';
+export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';
+export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
+export { jsonCodec, type OutcomeCodec } from './core/codec.js';
+export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
+export {
+  findIdempotencyError,
+  IdempotencyConfigError,
+  IdempotencyError,
+  isRetryable,
+  retryable,
+  storeFailure,
+} from './core/errors.js';
+export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
+
+// For store authors: the contract, the record id and the fingerprint a store keeps.
+export type {
+  ClaimAnswer,
+  ClaimInput,
+  ClaimResult,
+  CompleteInput,
+  CompleteResult,
+  ExtendInput,
+  FencedInput,
+  IdempotencyStore,
+  RecordState,
+  StoreTransaction,
+} from './core/store.js';
+export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from './core/fingerprint.js';
+export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
+
+export { memoryStore } from './stores/memory.js';
+export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';

@@ -1,0 +1,69 @@
+import type { Call, EngineScope } from './call.js';
+import { describeError } from './events.js';
+import { type Answer, start } from './guarded-store.js';
+import { interruptibleSleep } from './timing.js';
+
+const FIRST_POLL_MS = 25;
+const MAX_POLL_MS = 1_000;
+const noop = () => {};
+
+/**
+ * `inFlight: 'wait'`: claims, and while another request holds the key with
+ * the same payload, waits for it to settle, up to `waitTimeout`. Woken by the
+ * store's notification when it has one, and polling with bounded, jittered
+ * backoff in any case (a crashed holder sends nothing; its claim just expires).
+ * Returns the last answer: the outcome to replay, the key (if the holder gave
+ * it back), or `in_progress` when the wait is over.
+ */
+export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortSignal | undefined): Promise<Answer> {
+  const { store, now } = scope;
+  const { id, fp, policy, name, keyHash } = call;
+  let result = await store.claim(call, true);
+  if (result.state !== 'in_progress' || result.fingerprint !== fp) return result;
+
+  const deadline = now() + policy.waitTimeout;
+  let notified = false;
+  let wakeCurrent: (() => void) | undefined;
+  const onSettled = () => {
+    notified = true;
+    wakeCurrent?.();
+  };
+  let unsubscribe: (() => void) | undefined;
+  const subscribe = store.raw.onSettled;
+  if (subscribe !== undefined) {
+    const pending = start(() => subscribe.call(store.raw, id, onSettled));
+    try {
+      unsubscribe = await store.call('subscribe', policy.storeTimeout, () => pending);
+    } catch (error) {
+      // A subscription that lands after we gave up must not leak its listener.
+      pending.then((late) => late(), noop);
+      scope.emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'subscribe', error: describeError(error) });
+    }
+  }
+  try {
+    let delay = FIRST_POLL_MS;
+    // Claim again now that we listen, so a completion between the first
+    // claim and the subscription is not missed.
+    for (;;) {
+      notified = false;
+      try {
+        result = await store.claim(call, true);
+      } catch {
+        // The holder was seen running: a store failure now must not let
+        // this request run unprotected beside it (fail-open), so it gets 409.
+        return result;
+      }
+      if (result.state !== 'in_progress') return result;
+      const remaining = deadline - now();
+      if (remaining <= 0 || signal?.aborted) return result;
+      if (notified) continue; // settled while we were claiming
+      const sleep = interruptibleSleep(Math.min(delay * (0.5 + Math.random() / 2), remaining), signal);
+      wakeCurrent = sleep.wake;
+      await sleep.promise;
+      wakeCurrent = undefined;
+      delay = Math.min(delay * 2, MAX_POLL_MS);
+    }
+  } finally {
+    unsubscribe?.();
+  }
+}
