@@ -1,0 +1,46 @@
+"use client";
+
+import { useState } from "react";
+import { createIdempotencyKey } from "trpc-idempotency/client";
+
+import { type Answer, PaymentsView, toAnswer } from "~/app/_components/payments";
+import { api } from "~/trpc/react";
+
+export default function PayPage() {
+  const [answers, setAnswers] = useState<Answer[]>([]);
+  const [batch, setBatch] = useState<Answer[]>([]);
+
+  // One key per payment: kept across a double click and every retry, renewed once the payment is settled.
+  const [key] = useState(createIdempotencyKey);
+  const pay = api.payment.pay.useMutation({
+    trpc: { context: { idempotencyKey: key } },
+    onSettled: (data, error) => {
+      key.settle(error);
+      setAnswers((list) => [...list, toAnswer(data, error)]);
+    },
+  });
+
+  // No key in the context: idempotencyLink gives each call a key of its own.
+  const payOne = api.payment.pay.useMutation();
+  const payThree = async () => {
+    const settled = await Promise.allSettled(
+      [100, 200, 300].map((amount) => payOne.mutateAsync({ amount })),
+    );
+    setBatch(
+      settled.map((r) =>
+        r.status === "fulfilled" ? toAnswer(r.value, null) : toAnswer(undefined, r.reason),
+      ),
+    );
+  };
+
+  return (
+    <PaymentsView
+      onPay={() => pay.mutate({ amount: 1000 })}
+      onPayThree={() => void payThree()}
+      paying={pay.isPending}
+      latest={pay.data?.chargeId}
+      answers={answers}
+      batch={batch}
+    />
+  );
+}
