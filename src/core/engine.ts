@@ -172,7 +172,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
       // Without waiting, a claim is one store call: no need for the waiting loop's frame.
       claimed = await (isWaitMode(policy) ? claimOrWait(scope, call, input.signal) : scope.store.claim(call, false));
     } catch (error) {
-      return storeFailed(input, call, error, performance.now() - checkStart);
+      return storeFailed(call, { input, error, durationMs: performance.now() - checkStart });
     }
     const durationMs = performance.now() - checkStart;
 
@@ -192,11 +192,13 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
       emit({ result: 'in_progress', name, keyHash, durationMs });
       throw inProgressError(retryAfter);
     }
-    return replay(call, claimed.state, claimed.body ?? '', durationMs);
+    return replay(call, claimed, durationMs);
   }
 
   /** The stored outcome, as the first run returned it (or the error saying it cannot be replayed). */
-  function replay<T>(call: Call, state: 'completed' | 'failed', body: string, durationMs: number): ExecuteResult<T> {
+  function replay<T>(call: Call, stored: { state: 'completed' | 'failed'; body?: string | undefined }, durationMs: number): ExecuteResult<T> {
+    const { state } = stored;
+    const body = stored.body ?? '';
     const marker = state === 'failed' ? markerOf(body) : undefined;
     if (onEvent !== undefined) {
       const bytes = marker === undefined ? Buffer.byteLength(body) : 0;
@@ -208,8 +210,9 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
   }
 
   /** The claim failed: 409 on contention, run unprotected on an outage when failing open, else 503. */
-  async function storeFailed<T>(input: ExecuteInput<T>, call: Call, error: unknown, durationMs: number): Promise<ExecuteResult<T>> {
+  async function storeFailed<T>(call: Call, failed: { input: ExecuteInput<T>; error: unknown; durationMs: number }): Promise<ExecuteResult<T>> {
     const { name, keyHash, policy } = call;
+    const { input, error, durationMs } = failed;
     emit({ result: 'store_error', name, keyHash, durationMs, operation: 'claim', error: describeError(error) });
     const kind = storeFailureKind(error);
     if (kind === 'contention') throw inProgressError(retryAfter);

@@ -40,7 +40,7 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
   let settlement: Settlement | undefined;
   try {
     if (policy.transaction) {
-      const value = await runInTransaction(scope, call, input, { lease, fenced, settled: (s) => (settlement = s) });
+      const value = await runInTransaction(scope, call, { input, lease, fenced, settled: (s) => (settlement = s) });
       emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
       return { ok: true, value, replayed: false };
     }
@@ -55,7 +55,7 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
   }
   // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
   settlement ??= classify(outcome, call.codec, policy);
-  await settle(scope, call, settlement, { started, fenced });
+  await settle(scope, call, { settlement, started, fenced });
   return outcome;
 }
 
@@ -68,14 +68,13 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
 async function runInTransaction<T>(
   scope: EngineScope,
   call: Call,
-  input: ExecuteInput<T>,
-  run: { lease: ReturnType<typeof startLease>; fenced: () => void; settled: (settlement: Settlement) => void },
+  run: { input: ExecuteInput<T>; lease: ReturnType<typeof startLease>; fenced: () => void; settled: (settlement: Settlement) => void },
 ): Promise<T> {
   const { store } = scope;
   const { id, token, policy } = call;
   return store.raw.transaction!(async (tx) => {
     const inTx = claimedCall(run.lease, tx.handle);
-    const result = await runAsCall(inTx, () => input.run(inTx));
+    const result = await runAsCall(inTx, () => run.input.run(inTx));
     const settlement = classify({ ok: true, value: result }, call.codec, policy);
     if (settlement.kind === 'release') {
       // Rolled back, so nothing happened: the key is given back for a retry.

@@ -6,8 +6,9 @@ import type { CompleteResult } from './store.js';
 import { engineTime } from './store-clock.js';
 import { withTimeout } from './timing.js';
 
-/** What settling needs to know of the run: when it started, and how to report the claim lost. */
+/** What to settle, and what settling needs to know of the run: when it started, and how to report the claim lost. */
 export interface RunReport {
+  readonly settlement: Settlement;
   readonly started: number;
   /** Reports that another request holds the key now (once, whoever notices first). */
   readonly fenced: () => void;
@@ -18,7 +19,8 @@ export interface RunReport {
  * take in time is tried again in the background ({@link completeLater}); a
  * release that fails is left to expire after lockTtl.
  */
-export async function settle(scope: EngineScope, call: Call, settlement: Settlement, run: RunReport): Promise<void> {
+export async function settle(scope: EngineScope, call: Call, run: RunReport): Promise<void> {
+  const { settlement } = run;
   const { store, emit } = scope;
   const { id, fp, token, policy, name, keyHash } = call;
   const settleStart = performance.now();
