@@ -3,7 +3,7 @@
  * plain `TRPCClientErrorLike` objects TanStack Query hands out, from any copy
  * of `@trpc/client`: fields are read by shape, never with `instanceof`.
  */
-import { IN_PROGRESS_MESSAGE, type IdempotencyErrorReason } from '../core/errors.js';
+import { IN_PROGRESS_MESSAGE, type IdempotencyErrorReason, retryAfterOfMessage } from '../core/errors.js';
 import type { IdempotencyErrorData } from '../trpc/errors.js';
 
 export type { IdempotencyErrorData, IdempotencyErrorReason };
@@ -126,11 +126,9 @@ export function getRetryAfterMs(error: unknown, now: number = Date.now()): numbe
     const date = Date.parse(value);
     if (!Number.isNaN(date)) return Math.max(0, date - now);
   }
-  if (status === 409 && isInProgressMessage(error)) {
-    const after = /Retry with the same key after (\d+(?:\.\d+)?) s\./.exec(fields(error)!.message as string);
-    if (after !== null) return Number(after[1]) * 1000;
-  }
-  return undefined;
+  const message = fields(error)?.message;
+  const after = status === 409 && typeof message === 'string' ? retryAfterOfMessage(message) : undefined;
+  return after === undefined ? undefined : after * 1000;
 }
 
 /** True if the call was stopped by its caller's AbortSignal (not by a timeout). */

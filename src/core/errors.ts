@@ -66,6 +66,17 @@ export function inProgressError(retryAfter: number, why?: string): IdempotencyEr
 }
 
 /**
+ * The seconds an in-flight message written by {@link inProgressError} asks
+ * to wait, or undefined for any other message. The client reads them where
+ * neither `data.idempotency` nor a `Retry-After` header reached it.
+ */
+export function retryAfterOfMessage(message: string): number | undefined {
+  if (!message.startsWith(IN_PROGRESS_MESSAGE)) return undefined;
+  const after = /Retry with the same key after (\d+(?:\.\d+)?) s\.$/.exec(message);
+  return after === null ? undefined : Number(after[1]);
+}
+
+/**
  * Thrown when the library is configured wrongly, at creation time (never per
  * request): a negative TTL, a lock longer than the retention, and so on.
  */

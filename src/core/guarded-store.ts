@@ -55,30 +55,31 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
    * outage), the store changes nothing and it can never take the key from a
    * holder whose completion is on its way.
    */
-  async function claim(c: Call, waiting: boolean, again = false): Promise<Answer> {
+  async function claim(c: Call, waiting: boolean): Promise<Answer> {
     const { id, token, policy } = c;
     const timeout = policy.storeTimeout;
-    const sentAt = engineTime();
-    const deadline = clock.deadline(sentAt, timeout);
-    const pending = start(() => store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }));
-    let result: ClaimResult;
-    try {
-      result = await withTimeout(pending, timeout, () => timedOut('claim', timeout));
-    } catch (error) {
-      // A claim that lands after we gave up (a store without deadlines, or one
-      // answered just in time) must not keep the key for lockTtl: give it back.
-      pending.then((late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop), noop);
-      throw error;
-    }
-    if (result.time !== undefined) clock.observe(sentAt, result.time);
-    if (result.state === 'late') {
+    for (let attempt = 1; ; attempt++) {
+      const sentAt = engineTime();
+      const deadline = clock.deadline(sentAt, timeout);
+      const pending = start(() => store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }));
+      let result: ClaimResult;
+      try {
+        result = await withTimeout(pending, timeout, () => timedOut('claim', timeout));
+      } catch (error) {
+        // A claim that lands after we gave up (a store without deadlines, or one
+        // answered just in time) must not keep the key for lockTtl: give it back.
+        pending.then((late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop), noop);
+        throw error;
+      }
+      if (result.time !== undefined) clock.observe(sentAt, result.time);
+      if (result.state !== 'late') return result;
       // Answered in time, but the store's clock is ahead of what we knew of it:
       // this answer taught us by how much, so the claim is sent once more.
-      if (!again) return claim(c, waiting, true);
-      throw storeFailure('unavailable', new IdempotencyError('store_unavailable', 'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.'));
+      if (attempt === 2) {
+        throw storeFailure('unavailable', new IdempotencyError('store_unavailable', 'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.'));
+      }
     }
-    return result;
   }
 
-  return { raw: store, call, claim: (c, waiting) => claim(c, waiting), timedOut };
+  return { raw: store, call, claim, timedOut };
 }

@@ -26,6 +26,15 @@ export function toAnswer(
   };
 }
 
+/** Pays each amount at once (so the batch link sends one request) and waits for every answer. */
+export async function payAll(
+  pay: (input: { amount: number }) => Promise<{ chargeId: string; amount: number; createdAt: Date }>,
+  amounts: number[],
+): Promise<Answer[]> {
+  const settled = await Promise.allSettled(amounts.map((amount) => pay({ amount })));
+  return settled.map((r) => (r.status === "fulfilled" ? toAnswer(r.value, null) : toAnswer(undefined, r.reason)));
+}
+
 function AnswerItem({ answer }: { answer: Answer }) {
   if (answer.error !== undefined) {
     return <li data-error={answer.error}>failed: {answer.error}</li>;

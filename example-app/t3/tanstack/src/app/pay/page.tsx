@@ -4,7 +4,7 @@ import { useMutation } from "@tanstack/react-query";
 import { useState } from "react";
 import { createIdempotencyKey } from "trpc-idempotency/client";
 
-import { type Answer, PaymentsView, toAnswer } from "~/app/_components/payments";
+import { type Answer, payAll, PaymentsView, toAnswer } from "~/app/_components/payments";
 import { useTRPC } from "~/trpc/react";
 
 export default function PayPage() {
@@ -26,21 +26,11 @@ export default function PayPage() {
 
   // No key in the context: idempotencyLink gives each call a key of its own.
   const payOne = useMutation(trpc.payment.pay.mutationOptions());
-  const payThree = async () => {
-    const settled = await Promise.allSettled(
-      [100, 200, 300].map((amount) => payOne.mutateAsync({ amount })),
-    );
-    setBatch(
-      settled.map((r) =>
-        r.status === "fulfilled" ? toAnswer(r.value, null) : toAnswer(undefined, r.reason),
-      ),
-    );
-  };
 
   return (
     <PaymentsView
       onPay={() => pay.mutate({ amount: 1000 })}
-      onPayThree={() => void payThree()}
+      onPayThree={() => void payAll(payOne.mutateAsync, [100, 200, 300]).then(setBatch)}
       paying={pay.isPending}
       latest={pay.data?.chargeId}
       answers={answers}
