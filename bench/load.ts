@@ -9,7 +9,10 @@ import { createRequire } from 'node:module';
 import { PAY_BODY } from './lib/app.js';
 
 const require = createRequire(import.meta.url);
-const autocannon = require('autocannon') as (opts: object, cb: (err: unknown, result: AutocannonResult) => void) => void;
+const autocannon = require('autocannon') as (
+  opts: object,
+  cb: (err: unknown, result: AutocannonResult) => void,
+) => void;
 
 interface AutocannonResult {
   duration: number;
@@ -96,7 +99,11 @@ function run(command: LoadCommand): Promise<LoadResult> {
 }
 
 async function post(url: string, key: string): Promise<{ status: number; body: string }> {
-  const response = await fetch(`${url}/pay`, { method: 'POST', headers: { ...HEADERS, 'idempotency-key': key }, body: PAY_BODY });
+  const response = await fetch(`${url}/pay`, {
+    method: 'POST',
+    headers: { ...HEADERS, 'idempotency-key': key },
+    body: PAY_BODY,
+  });
   return { status: response.status, body: await response.text() };
 }
 

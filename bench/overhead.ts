@@ -7,7 +7,7 @@
 import { initTRPC } from '@trpc/server';
 import { measure } from 'mitata';
 import { fingerprint, memoryStore, withIdempotency } from '../dist/index.js';
-import { parsePayInput, type PayInput } from './lib/app.js';
+import { type PayInput, parsePayInput } from './lib/app.js';
 
 interface Ctx {
   key: string;
@@ -40,14 +40,20 @@ const rounds = Number(process.argv[2] ?? 4);
 const baseline: number[] = [];
 const withIdem: number[] = [];
 for (let round = 0; round < rounds; round++) {
-  const a = await measure(async () => {
-    baseCtx.key = `k${++n}`;
-    await base.plain(input);
-  }, { min_cpu_time: 300_000_000 });
-  const b = await measure(async () => {
-    idemCtx.key = `k${++n}`;
-    await idem.idempotent(input);
-  }, { min_cpu_time: 300_000_000 });
+  const a = await measure(
+    async () => {
+      baseCtx.key = `k${++n}`;
+      await base.plain(input);
+    },
+    { min_cpu_time: 300_000_000 },
+  );
+  const b = await measure(
+    async () => {
+      idemCtx.key = `k${++n}`;
+      await idem.idempotent(input);
+    },
+    { min_cpu_time: 300_000_000 },
+  );
   baseline.push(a.p50 / 1000);
   withIdem.push(b.p50 / 1000);
 }

@@ -15,10 +15,21 @@ import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import type { LoadCommand, LoadResult } from './load.js';
-import { type BenchRedis, type BenchSchema, commandCalls, cpuMicros, createSchema, DATABASE_URL, delta, loadAverage, postgresCpuMicros, startRedis } from './lib/services.js';
-import { postgresCost, redisCost } from './lib/store-cost.js';
 import { renderMarkdown, renderTable } from './lib/report.js';
+import {
+  type BenchRedis,
+  type BenchSchema,
+  commandCalls,
+  cpuMicros,
+  createSchema,
+  DATABASE_URL,
+  delta,
+  loadAverage,
+  postgresCpuMicros,
+  startRedis,
+} from './lib/services.js';
+import { postgresCost, redisCost } from './lib/store-cost.js';
+import type { LoadCommand, LoadResult } from './load.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
@@ -28,10 +39,11 @@ const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 1_000;
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 const started = Date.now();
-const log = (message: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
+const log = (message: string) =>
+  process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
 
 // ---------------------------------------------------------------- processes
-const cleanups: (() => Promise<unknown> | void)[] = [];
+const cleanups: (() => unknown)[] = [];
 async function cleanup() {
   for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
 }
@@ -93,11 +105,19 @@ interface Run {
   redis_calls_per_req: Record<string, number>;
 }
 
-async function measureRun(name: string, round: number, server: Server, keys: LoadCommand['keys'], redis: { admin: Redis; pid: number }): Promise<Run> {
+async function measureRun(
+  name: string,
+  round: number,
+  server: Server,
+  keys: LoadCommand['keys'],
+  redis: { admin: Redis; pid: number },
+): Promise<Run> {
   if (keys.mode === 'replay') {
     const primed = await load({ type: 'prime', url: server.url, keys });
     if (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count)) {
-      throw new Error(`${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`);
+      throw new Error(
+        `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
+      );
     }
   }
   await load({ type: 'run', url: server.url, duration: WARMUP, keys });
@@ -125,7 +145,9 @@ async function measureRun(name: string, round: number, server: Server, keys: Loa
     postgres_cpu_us_per_req: postgresCpu / result.total,
     redis_calls_per_req: perReq,
   };
-  log(`${name.padEnd(28)} ${run.rps.toFixed(0).padStart(6)} req/s  p50 ${run.p50_ms} ms  p99 ${run.p99_ms} ms  cpu ${run.server_cpu_us_per_req.toFixed(0)} µs/req${run.non2xx + run.errors > 0 ? `  NON-2XX ${run.non2xx} ERRORS ${run.errors}` : ''}`);
+  log(
+    `${name.padEnd(28)} ${run.rps.toFixed(0).padStart(6)} req/s  p50 ${run.p50_ms} ms  p99 ${run.p99_ms} ms  cpu ${run.server_cpu_us_per_req.toFixed(0)} µs/req${run.non2xx + run.errors > 0 ? `  NON-2XX ${run.non2xx} ERRORS ${run.errors}` : ''}`,
+  );
   return run;
 }
 
@@ -168,11 +190,14 @@ return 1`;
 async function fillPostgres(url: string, count: number, expired: boolean) {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
-  await client.query(`
+  await client.query(
+    `
     insert into idempotency_keys (id, state, fingerprint, token, body, expires_at, created_at)
     select ':pay:seed-' || g, 'completed', 'cGF5bG9hZC1maW5nZXJwcmludC1zZWVkLXNoYTI1Ni1iYXNlNjR1cmw', null, repeat('x', 200),
            now() ${expired ? "- interval '1 hour' + g * interval '1 microsecond'" : "+ interval '1 day'"}, now()
-      from generate_series(1, $1::int) g`, [count]);
+      from generate_series(1, $1::int) g`,
+    [count],
+  );
   await client.query('vacuum analyze idempotency_keys');
   await client.end();
 }
@@ -181,7 +206,9 @@ async function fillPostgres(url: string, count: number, expired: boolean) {
 async function main() {
   const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
   const loadBefore = loadAverage();
-  log(`load average before: ${loadBefore.join(' ')}; ${ROUNDS} rounds of ${DURATION} s runs, ${CONNECTIONS} connections`);
+  log(
+    `load average before: ${loadBefore.join(' ')}; ${ROUNDS} rounds of ${DURATION} s runs, ${CONNECTIONS} connections`,
+  );
 
   const redisMain = await startRedis();
   const redisEmpty = await startRedis();
@@ -208,7 +235,18 @@ async function main() {
 
   log('starting the servers');
   const env = { REDIS_URL: redisMain.url, PG_URL: schemas.main!.url };
-  const variants = ['baseline', 'round-trips', 'no-io', 'memory', 'redis', 'postgres', 'node-idempotency', 'powertools', 'express-baseline', 'express-idempotency'];
+  const variants = [
+    'baseline',
+    'round-trips',
+    'no-io',
+    'memory',
+    'redis',
+    'postgres',
+    'node-idempotency',
+    'powertools',
+    'express-baseline',
+    'express-idempotency',
+  ];
   const servers: Record<string, Server> = {};
   for (const variant of variants) servers[variant] = await startServer(variant, env);
   const growth = {
@@ -217,7 +255,10 @@ async function main() {
     'postgres-empty': await startServer('postgres', { REDIS_URL: redisEmpty.url, PG_URL: schemas.empty!.url }),
     'postgres-full': await startServer('postgres', { REDIS_URL: redisFull.url, PG_URL: schemas.full!.url }),
   };
-  loadWorker = fork(here('./load.ts'), [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  loadWorker = fork(here('./load.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   cleanups.push(() => void loadWorker.kill());
 
   // A B A B: every variant runs right after its baseline, and the baseline runs again after it.
@@ -253,7 +294,10 @@ async function main() {
     let before: Run | undefined;
     for (const step of plan) {
       if (before?.name !== step.baseline) before = await baselineRun(step.baseline, round);
-      const keys: LoadCommand['keys'] = step.keys === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${step.name}-r${round}`, count: REPLAY_KEYS };
+      const keys: LoadCommand['keys'] =
+        step.keys === 'fresh'
+          ? { mode: 'fresh' }
+          : { mode: 'replay', prefix: `${step.name}-r${round}`, count: REPLAY_KEYS };
       const variant = await measureRun(step.name, round, servers[step.server]!, keys, main);
       runs.push(variant);
       const after = await baselineRun(step.baseline, round);
@@ -267,23 +311,45 @@ async function main() {
   await fillRedis(admins.get(redisFull)!, RECORDS);
   const redisFullKeys = await admins.get(redisFull)!.dbsize();
   await fillPostgres(schemas.full!.url, RECORDS, false);
-  const growthRuns: Record<string, Run[]> = { 'redis-empty': [], 'redis-full': [], 'postgres-empty': [], 'postgres-full': [] };
+  const growthRuns: Record<string, Run[]> = {
+    'redis-empty': [],
+    'redis-full': [],
+    'postgres-empty': [],
+    'postgres-full': [],
+  };
   for (let round = 1; round <= ROUNDS; round++) {
     for (const store of ['redis', 'postgres'] as const) {
       for (const state of ['empty', 'full'] as const) {
         const name = `${store}-${state}` as const;
         const redis = state === 'empty' ? redisEmpty : redisFull; // the server's INCR (and Redis store) goes there
-        growthRuns[name]!.push(await measureRun(`${name} (growth)`, round, growth[name], { mode: 'fresh' }, { admin: admins.get(redis)!, pid: redis.pid }));
+        growthRuns[name]!.push(
+          await measureRun(
+            `${name} (growth)`,
+            round,
+            growth[name],
+            { mode: 'fresh' },
+            { admin: admins.get(redis)!, pid: redis.pid },
+          ),
+        );
       }
     }
   }
 
   log(`purge: ${RECORDS} expired rows, purgeExpired() in batches of 1,000`);
   await fillPostgres(schemas.purge!.url, RECORDS, true);
-  const purge = execJson(['--import', 'tsx', here('./purge.ts'), schemas.purge!.url]) as { deleted: number; seconds: number; batch_size: number };
+  const purge = execJson(['--import', 'tsx', here('./purge.ts'), schemas.purge!.url]) as {
+    deleted: number;
+    seconds: number;
+    batch_size: number;
+  };
 
   log('in-process overhead per call (mitata, memory store)');
-  const overhead = execJson(['--import', 'tsx', here('./overhead.ts'), '4']) as { baseline_us: number; idempotent_us: number; overhead_us_per_call: number; fingerprint_us: number };
+  const overhead = execJson(['--import', 'tsx', here('./overhead.ts'), '4']) as {
+    baseline_us: number;
+    idempotent_us: number;
+    overhead_us_per_call: number;
+    fingerprint_us: number;
+  };
 
   const peerBytes = await peerRecordBytes(admins.get(redisMain)!);
   const loadAfter = loadAverage();
@@ -329,8 +395,20 @@ async function main() {
   const results = {
     machine: machine(),
     date: new Date().toISOString(),
-    settings: { rounds: ROUNDS, duration_s: DURATION, warmup_s: WARMUP, connections: CONNECTIONS, replay_keys: REPLAY_KEYS, servers: 'built dist/ (npm run build), node --import tsx bench/server.ts', load: 'autocannon 9 in a separate process, loopback' },
-    load_average: { before: loadBefore, after: loadAfter, ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }) },
+    settings: {
+      rounds: ROUNDS,
+      duration_s: DURATION,
+      warmup_s: WARMUP,
+      connections: CONNECTIONS,
+      replay_keys: REPLAY_KEYS,
+      servers: 'built dist/ (npm run build), node --import tsx bench/server.ts',
+      load: 'autocannon 9 in a separate process, loopback',
+    },
+    load_average: {
+      before: loadBefore,
+      after: loadAfter,
+      ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }),
+    },
     rows,
     store_ops: {
       redis_first: redisOps.first,
@@ -339,7 +417,11 @@ async function main() {
       pg_first: pgOps.first,
       pg_replay: pgOps.replay,
       pg_reject: pgOps.reject,
-      redis_in_scripts: { first: redisOps.first_in_scripts, replay: redisOps.replay_in_scripts, reject: redisOps.reject_in_scripts },
+      redis_in_scripts: {
+        first: redisOps.first_in_scripts,
+        replay: redisOps.replay_in_scripts,
+        reject: redisOps.reject_in_scripts,
+      },
     },
     redis_bytes_per_record: redisOps.memory_usage_bytes,
     redis_used_memory_per_record: redisOps.used_memory_bytes_per_record,
@@ -348,7 +430,13 @@ async function main() {
     overhead_us_per_call: round2(overhead.overhead_us_per_call),
     overhead: overhead,
     growth: { redis: { ...growthOf('redis'), keys_in_redis: redisFullKeys }, postgres: growthOf('postgres') },
-    purge: { rows: RECORDS, deleted: purge.deleted, seconds: round2(purge.seconds), batch_size: purge.batch_size, rows_per_second: Math.round(purge.deleted / purge.seconds) },
+    purge: {
+      rows: RECORDS,
+      deleted: purge.deleted,
+      seconds: round2(purge.seconds),
+      batch_size: purge.batch_size,
+      rows_per_second: Math.round(purge.deleted / purge.seconds),
+    },
     runs,
     duration_s: Math.round((Date.now() - started) / 1000),
   };

@@ -8,16 +8,17 @@
  * from the build directory named by BENCH_LIB, to compare two builds.
  * Express variants answer the same request with the same JSON envelope.
  */
+
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { AddressInfo } from 'node:net';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import { middlewareMarker } from '@trpc/server/unstable-core-do-not-import';
-import type { IncomingMessage, ServerResponse, Server } from 'node:http';
 import { Redis } from 'ioredis';
-import { pay, parsePayInput, type PayInput } from './lib/app.js';
+import { type PayInput, parsePayInput, pay } from './lib/app.js';
 
 const require = createRequire(import.meta.url);
 const variant = process.argv[2] ?? 'baseline';
@@ -27,7 +28,10 @@ const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 // into one write (ioredis's enableAutoPipelining; node-redis, which @node-idempotency uses, always does).
 const redis = new Redis(redisUrl, { enableAutoPipelining: process.env.BENCH_AUTO_PIPELINING === '1' });
 // Another build of the library (a directory holding index.js, redis.js, drizzle.js), to compare two builds.
-const lib = process.env.BENCH_LIB === undefined ? new URL('../dist/', import.meta.url) : pathToFileURL(`${resolvePath(process.env.BENCH_LIB)}/`);
+const lib =
+  process.env.BENCH_LIB === undefined
+    ? new URL('../dist/', import.meta.url)
+    : pathToFileURL(`${resolvePath(process.env.BENCH_LIB)}/`);
 const libModule = (name: string) => import(new URL(name, lib).href);
 
 interface Ctx {
@@ -41,7 +45,7 @@ async function trpcServer(): Promise<Server> {
 
   if (variant === 'memory' || variant === 'redis' || variant === 'postgres') {
     const { withIdempotency, memoryStore } = (await libModule('index.js')) as typeof import('../dist/index.js');
-    let store;
+    let store: import('../dist/index.js').IdempotencyStore;
     if (variant === 'memory') {
       store = memoryStore(process.env.BENCH_MAX_ENTRIES ? { maxEntries: Number(process.env.BENCH_MAX_ENTRIES) } : {});
     } else if (variant === 'redis') {
@@ -68,7 +72,12 @@ async function trpcServer(): Promise<Server> {
     procedure = t.procedure.use(async (opts) => {
       const { ctx, path } = opts;
       // The raw body, as its HTTP integrations fingerprint it (this middleware runs before the input parser).
-      const request = { headers: ctx.req.headers, body: (await opts.getRawInput()) as Record<string, unknown>, path, method: 'POST' };
+      const request = {
+        headers: ctx.req.headers,
+        body: (await opts.getRawInput()) as Record<string, unknown>,
+        path,
+        method: 'POST',
+      };
       let cached: { body?: unknown } | undefined;
       try {
         cached = await idempotency.onRequest(request);
@@ -76,7 +85,12 @@ async function trpcServer(): Promise<Server> {
         if (error instanceof IdempotencyError) {
           const code = (error as { code?: string }).code;
           throw new TRPCError({
-            code: code === IdempotencyErrorCodes.REQUEST_IN_PROGRESS ? 'CONFLICT' : code === IdempotencyErrorCodes.IDEMPOTENCY_FINGERPRINT_MISSMATCH ? 'UNPROCESSABLE_CONTENT' : 'BAD_REQUEST',
+            code:
+              code === IdempotencyErrorCodes.REQUEST_IN_PROGRESS
+                ? 'CONFLICT'
+                : code === IdempotencyErrorCodes.IDEMPOTENCY_FINGERPRINT_MISSMATCH
+                  ? 'UNPROCESSABLE_CONTENT'
+                  : 'BAD_REQUEST',
             message: (error as Error).message,
           });
         }
@@ -161,16 +175,23 @@ async function expressServer(): Promise<Server> {
     handlers.push(idempotency({ dataAdapter: adapter }));
     isHit = (req) => getSharedIdempotencyService().isHit(req);
   }
-  app.post('/pay', ...handlers, async (req: { body: unknown }, res: { json(body: unknown): void; status(code: number): { json(body: unknown): void } }) => {
-    if (isHit(req)) return; // the middleware already sent the stored response
-    let input: PayInput;
-    try {
-      input = parsePayInput(req.body);
-    } catch (error) {
-      return res.status(400).json({ error: { message: (error as Error).message } });
-    }
-    res.json({ result: { data: await pay(redis, input) } });
-  });
+  app.post(
+    '/pay',
+    ...handlers,
+    async (
+      req: { body: unknown },
+      res: { json(body: unknown): void; status(code: number): { json(body: unknown): void } },
+    ) => {
+      if (isHit(req)) return; // the middleware already sent the stored response
+      let input: PayInput;
+      try {
+        input = parsePayInput(req.body);
+      } catch (error) {
+        return res.status(400).json({ error: { message: (error as Error).message } });
+      }
+      res.json({ result: { data: await pay(redis, input) } });
+    },
+  );
   const { createServer } = await import('node:http');
   return createServer(app);
 }

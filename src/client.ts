@@ -4,13 +4,8 @@
 
 import type { IdempotencyKeySource } from './client/key.js';
 
-export { idempotencyLink } from './client/link.js';
-export type { IdempotencyLinkOptions, IdempotencyRetryEvent, IdempotencyRetryOptions } from './client/link.js';
-export { idempotencyHeaders } from './client/headers.js';
-export type { HeadersArgument, IdempotencyHeadersOptions } from './client/headers.js';
-export { createIdempotencyKey, randomKey } from './client/key.js';
-export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeySource } from './client/key.js';
 export { backoffDelay, DEFAULT_RETRY } from './client/backoff.js';
+export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/errors.js';
 export {
   getHttpStatus,
   getIdempotencyErrorData,
@@ -21,7 +16,12 @@ export {
   isRetryableError,
   RETRYABLE_STATUSES,
 } from './client/errors.js';
-export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/errors.js';
+export type { HeadersArgument, IdempotencyHeadersOptions } from './client/headers.js';
+export { idempotencyHeaders } from './client/headers.js';
+export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeySource } from './client/key.js';
+export { createIdempotencyKey, randomKey } from './client/key.js';
+export type { IdempotencyLinkOptions, IdempotencyRetryEvent, IdempotencyRetryOptions } from './client/link.js';
+export { idempotencyLink } from './client/link.js';
 export { IdempotencyConfigError } from './core/errors.js';
 
 /** What `idempotencyLink` reads from, and writes to, an operation's context. */

@@ -1,12 +1,15 @@
 // trpc-idempotency/core: the engine without tRPC, for queue consumers, webhook
 // handlers and store authors. Loads nothing of @trpc/server.
 
-export { createIdempotencyEngine } from './engine.js';
-export type { ExecuteInput, ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions, RunOptions } from './core/engine.js';
-export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';
-export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
 export { jsonCodec, type OutcomeCodec } from './core/codec.js';
-export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
+export type {
+  ExecuteInput,
+  ExecuteResult,
+  IdempotencyEngine,
+  IdempotencyEngineOptions,
+  RunOptions,
+} from './core/engine.js';
+export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
 export {
   findIdempotencyError,
   IdempotencyConfigError,
@@ -15,8 +18,11 @@ export {
   retryable,
   storeFailure,
 } from './core/errors.js';
-export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
-
+export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
+export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from './core/fingerprint.js';
+export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
+export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
+export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';
 // For store authors: the contract, the record id and the fingerprint a store keeps.
 export type {
   ClaimAnswer,
@@ -30,8 +36,6 @@ export type {
   RecordState,
   StoreTransaction,
 } from './core/store.js';
-export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from './core/fingerprint.js';
-export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
-
-export { memoryStore } from './stores/memory.js';
+export { createIdempotencyEngine } from './engine.js';
 export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
+export { memoryStore } from './stores/memory.js';

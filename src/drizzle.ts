@@ -1,7 +1,8 @@
 // trpc-idempotency/drizzle: the PostgreSQL store on Drizzle, its table, and the migration helper.
-export { drizzleStore } from './stores/drizzle.js';
+
 export type { DrizzleStore, DrizzleStoreOptions, PurgeOptions, TransactionOf } from './stores/drizzle.js';
-export { idempotencyKeys } from './stores/drizzle-schema.js';
-export type { IdempotencyKeyRow } from './stores/drizzle-schema.js';
-export { migrateIdempotencyKeys } from './stores/drizzle-migrate.js';
+export { drizzleStore } from './stores/drizzle.js';
 export type { MigrateIdempotencyKeysOptions, MigrateIdempotencyKeysResult } from './stores/drizzle-migrate.js';
+export { migrateIdempotencyKeys } from './stores/drizzle-migrate.js';
+export type { IdempotencyKeyRow } from './stores/drizzle-schema.js';
+export { idempotencyKeys } from './stores/drizzle-schema.js';

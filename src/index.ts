@@ -2,17 +2,20 @@
 // server needs; the engine without tRPC, and what store authors need, is in
 // trpc-idempotency/core, the client half in trpc-idempotency/client.
 
-export { withIdempotency } from './trpc/procedure.js';
-export type { DataTransformerOption, IdempotencyMeta, IdempotencyProcedureOptions, WithIdempotencyOptions } from './trpc/procedure.js';
-export { idempotencyErrorData, idempotencyErrorFormatter, type IdempotencyErrorData } from './trpc/errors.js';
-
-export { createIdempotencyEngine } from './engine.js';
 export type { IdempotencyEngine, IdempotencyEngineOptions } from './core/engine.js';
-export type { IdempotencyPolicyOptions, InFlightPolicy, StoreErrorPolicy } from './core/policy.js';
-export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
-export { IdempotencyConfigError, IdempotencyError, retryable } from './core/errors.js';
 export type { IdempotencyErrorReason } from './core/errors.js';
-
-export { memoryStore } from './stores/memory.js';
-export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
+export { IdempotencyConfigError, IdempotencyError, retryable } from './core/errors.js';
+export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
+export type { IdempotencyPolicyOptions, InFlightPolicy, StoreErrorPolicy } from './core/policy.js';
 export type { IdempotencyStore } from './core/store.js';
+export { createIdempotencyEngine } from './engine.js';
+export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
+export { memoryStore } from './stores/memory.js';
+export { type IdempotencyErrorData, idempotencyErrorData, idempotencyErrorFormatter } from './trpc/errors.js';
+export type {
+  DataTransformerOption,
+  IdempotencyMeta,
+  IdempotencyProcedureOptions,
+  WithIdempotencyOptions,
+} from './trpc/procedure.js';
+export { withIdempotency } from './trpc/procedure.js';

@@ -5,15 +5,15 @@ import {
   type Attributes,
   type Context,
   type Counter,
+  context,
   type Histogram,
   type MeterProvider,
-  type Span,
-  type Tracer,
-  type TracerProvider,
-  context,
   metrics,
+  type Span,
   SpanKind,
   SpanStatusCode,
+  type Tracer,
+  type TracerProvider,
   trace,
   ValueType,
 } from '@opentelemetry/api';
@@ -117,10 +117,16 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): IdempotencyEv
     );
   }
   if (onEvent !== undefined && typeof onEvent !== 'function') {
-    throw new IdempotencyConfigError(`openTelemetry: onEvent must be a function that takes an event, got ${typeof onEvent}.`);
+    throw new IdempotencyConfigError(
+      `openTelemetry: onEvent must be a function that takes an event, got ${typeof onEvent}.`,
+    );
   }
-  for (const [name, value] of [['metrics', withMetrics], ['spans', withSpans]] as const) {
-    if (typeof value !== 'boolean') throw new IdempotencyConfigError(`openTelemetry: ${name} must be true or false, got ${typeof value}.`);
+  for (const [name, value] of [
+    ['metrics', withMetrics],
+    ['spans', withSpans],
+  ] as const) {
+    if (typeof value !== 'boolean')
+      throw new IdempotencyConfigError(`openTelemetry: ${name} must be true or false, got ${typeof value}.`);
   }
 
   // Resolved again whenever the provider changes (an SDK registered late, or replaced in tests).
@@ -194,7 +200,8 @@ function createInstruments(provider: MeterProvider): Instruments {
   return {
     provider,
     checks: meter.createCounter('idempotency.checks', {
-      description: 'Idempotency checks, by result (acquired, replayed, in_progress, mismatch, store_error, rejected, unprotected).',
+      description:
+        'Idempotency checks, by result (acquired, replayed, in_progress, mismatch, store_error, rejected, unprotected).',
       unit: '{check}',
       valueType: ValueType.INT,
     }),
@@ -209,7 +216,8 @@ function createInstruments(provider: MeterProvider): Instruments {
       valueType: ValueType.INT,
     }),
     leaseLost: meter.createCounter('idempotency.lease.lost', {
-      description: 'Claims lost while their operation ran (fenced, unconfirmed, max_run_time): the operation may run twice.',
+      description:
+        'Claims lost while their operation ran (fenced, unconfirmed, max_run_time): the operation may run twice.',
       unit: '{lease}',
       valueType: ValueType.INT,
     }),
@@ -224,14 +232,21 @@ function createInstruments(provider: MeterProvider): Instruments {
       valueType: ValueType.INT,
     }),
     evictions: meter.createCounter('idempotency.store.evictions', {
-      description: 'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
+      description:
+        'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
       unit: '{record}',
       valueType: ValueType.INT,
     }),
   };
 }
 
-function recordMetrics(m: Instruments, event: IdempotencyEvent, store: string, check: boolean, metricContext: Context | undefined) {
+function recordMetrics(
+  m: Instruments,
+  event: IdempotencyEvent,
+  store: string,
+  check: boolean,
+  metricContext: Context | undefined,
+) {
   if (check) {
     const attributes: Attributes = { [RESULT]: event.result, [PROCEDURE]: event.name, [STORE]: store };
     if (event.reason !== undefined && !reachedStore(event)) attributes[REASON] = event.reason;

@@ -19,27 +19,72 @@ async function* stream() {
 
 const rows: [string, Outcome, Settlement, Settlement][] = [
   // [outcome, decision out of a transaction, decision in transactional mode]
-  ['a value', { ok: true, value: { id: 1 } }, { kind: 'store', state: 'completed', body: '{"id":1}' }, { kind: 'store', state: 'completed', body: '{"id":1}' }],
-  ['undefined (a procedure returning nothing)', { ok: true, value: undefined }, { kind: 'store', state: 'completed', body: '' }, { kind: 'store', state: 'completed', body: '' }],
+  [
+    'a value',
+    { ok: true, value: { id: 1 } },
+    { kind: 'store', state: 'completed', body: '{"id":1}' },
+    { kind: 'store', state: 'completed', body: '{"id":1}' },
+  ],
+  [
+    'undefined (a procedure returning nothing)',
+    { ok: true, value: undefined },
+    { kind: 'store', state: 'completed', body: '' },
+    { kind: 'store', state: 'completed', body: '' },
+  ],
   [
     'a value larger than maxResponseBytes',
     { ok: true, value: 'x'.repeat(200) },
     { kind: 'store', state: 'failed', body: TOO_LARGE_BODY, reason: 'response_too_large' },
     { kind: 'release', reason: 'response_too_large' },
   ],
-  ['a value the codec cannot serialize', { ok: true, value: cyclic }, { kind: 'store', state: 'failed', body: UNREPLAYABLE_BODY, reason: 'unreplayable' }, { kind: 'release', reason: 'unreplayable' }],
-  ['a stream', { ok: true, value: stream() }, { kind: 'store', state: 'failed', body: UNREPLAYABLE_BODY, reason: 'unreplayable' }, { kind: 'release', reason: 'unreplayable' }],
+  [
+    'a value the codec cannot serialize',
+    { ok: true, value: cyclic },
+    { kind: 'store', state: 'failed', body: UNREPLAYABLE_BODY, reason: 'unreplayable' },
+    { kind: 'release', reason: 'unreplayable' },
+  ],
+  [
+    'a stream',
+    { ok: true, value: stream() },
+    { kind: 'store', state: 'failed', body: UNREPLAYABLE_BODY, reason: 'unreplayable' },
+    { kind: 'release', reason: 'unreplayable' },
+  ],
   [
     'a 4xx the codec stores',
     { ok: false, error: new TRPCError({ code: 'BAD_REQUEST', message: 'Card declined' }) },
     { kind: 'store', state: 'failed', body: '{"code":"BAD_REQUEST","message":"Card declined"}' },
     { kind: 'store', state: 'failed', body: '{"code":"BAD_REQUEST","message":"Card declined"}' },
   ],
-  ['a 4xx marked retryable()', { ok: false, error: retryable(new TRPCError({ code: 'BAD_REQUEST', message: 'try later' })) }, { kind: 'release', reason: 'retryable' }, { kind: 'release', reason: 'retryable' }],
-  ['a 409 of the procedure (the moment, not the operation)', { ok: false, error: new TRPCError({ code: 'CONFLICT' }) }, { kind: 'release', reason: 'error' }, { kind: 'release', reason: 'error' }],
-  ['a 429', { ok: false, error: new TRPCError({ code: 'TOO_MANY_REQUESTS' }) }, { kind: 'release', reason: 'error' }, { kind: 'release', reason: 'error' }],
-  ['a 5xx', { ok: false, error: new TRPCError({ code: 'INTERNAL_SERVER_ERROR' }) }, { kind: 'release', reason: 'error' }, { kind: 'release', reason: 'error' }],
-  ['a plain Error (a crash in the resolver)', { ok: false, error: new Error('boom') }, { kind: 'release', reason: 'error' }, { kind: 'release', reason: 'error' }],
+  [
+    'a 4xx marked retryable()',
+    { ok: false, error: retryable(new TRPCError({ code: 'BAD_REQUEST', message: 'try later' })) },
+    { kind: 'release', reason: 'retryable' },
+    { kind: 'release', reason: 'retryable' },
+  ],
+  [
+    'a 409 of the procedure (the moment, not the operation)',
+    { ok: false, error: new TRPCError({ code: 'CONFLICT' }) },
+    { kind: 'release', reason: 'error' },
+    { kind: 'release', reason: 'error' },
+  ],
+  [
+    'a 429',
+    { ok: false, error: new TRPCError({ code: 'TOO_MANY_REQUESTS' }) },
+    { kind: 'release', reason: 'error' },
+    { kind: 'release', reason: 'error' },
+  ],
+  [
+    'a 5xx',
+    { ok: false, error: new TRPCError({ code: 'INTERNAL_SERVER_ERROR' }) },
+    { kind: 'release', reason: 'error' },
+    { kind: 'release', reason: 'error' },
+  ],
+  [
+    'a plain Error (a crash in the resolver)',
+    { ok: false, error: new Error('boom') },
+    { kind: 'release', reason: 'error' },
+    { kind: 'release', reason: 'error' },
+  ],
 ];
 
 describe('classify', () => {
@@ -49,8 +94,23 @@ describe('classify', () => {
   });
 
   it('releases an error the codec throws on, and stores no error with a codec that stores none', () => {
-    const throwing = { ...codec, serializeError: () => { throw new Error('cannot'); } };
-    expect(classify({ ok: false, error: new TRPCError({ code: 'BAD_REQUEST' }) }, throwing, { maxResponseBytes: 100, transaction: false })).toEqual({ kind: 'release', reason: 'error' });
-    expect(classify({ ok: false, error: new TRPCError({ code: 'BAD_REQUEST' }) }, jsonCodec, { maxResponseBytes: 100, transaction: false })).toEqual({ kind: 'release', reason: 'error' });
+    const throwing = {
+      ...codec,
+      serializeError: () => {
+        throw new Error('cannot');
+      },
+    };
+    expect(
+      classify({ ok: false, error: new TRPCError({ code: 'BAD_REQUEST' }) }, throwing, {
+        maxResponseBytes: 100,
+        transaction: false,
+      }),
+    ).toEqual({ kind: 'release', reason: 'error' });
+    expect(
+      classify({ ok: false, error: new TRPCError({ code: 'BAD_REQUEST' }) }, jsonCodec, {
+        maxResponseBytes: 100,
+        transaction: false,
+      }),
+    ).toEqual({ kind: 'release', reason: 'error' });
   });
 });

@@ -22,9 +22,9 @@ import {
   getIdempotencyReason,
   getRetryAfterMs,
   IdempotencyConfigError,
+  type IdempotencyRetryEvent,
   idempotencyHeaders,
   idempotencyLink,
-  type IdempotencyRetryEvent,
   isIdempotencyError,
   isRetryableError,
   randomKey,
@@ -39,19 +39,21 @@ afterEach(() => {
 function recordingLink(answer: (op: Operation) => unknown | 'hang' = () => 'ok') {
   const ops: Operation[] = [];
   let unsubscribed = 0;
-  const link: TRPCLink<AnyTRPCRouter> = () => ({ op }) =>
-    observable((observer) => {
-      ops.push(op);
-      const result = answer(op);
-      if (result instanceof Error) observer.error(TRPCClientError.from(result));
-      else if (result !== 'hang') {
-        observer.next({ result: { type: 'data', data: result } });
-        observer.complete();
-      }
-      return () => {
-        unsubscribed++;
-      };
-    });
+  const link: TRPCLink<AnyTRPCRouter> =
+    () =>
+    ({ op }) =>
+      observable((observer) => {
+        ops.push(op);
+        const result = answer(op);
+        if (result instanceof Error) observer.error(TRPCClientError.from(result));
+        else if (result !== 'hang') {
+          observer.next({ result: { type: 'data', data: result } });
+          observer.complete();
+        }
+        return () => {
+          unsubscribed++;
+        };
+      });
   return { link, ops, unsubscribed: () => unsubscribed };
 }
 
@@ -96,7 +98,10 @@ describe('keys', () => {
     const unknownOutcomes = [
       TRPCClientError.from(new TypeError('fetch failed')),
       TRPCClientError.from(new DOMException('This operation was aborted', 'AbortError')),
-      { message: 'in flight', data: { httpStatus: 409, code: 'CONFLICT', idempotency: { reason: 'in_progress', retryAfter: 1 } } },
+      {
+        message: 'in flight',
+        data: { httpStatus: 409, code: 'CONFLICT', idempotency: { reason: 'in_progress', retryAfter: 1 } },
+      },
       { message: 'boom', data: { httpStatus: 503 } },
     ];
     for (const error of unknownOutcomes) {
@@ -126,7 +131,9 @@ describe('idempotencyHeaders', () => {
   });
 
   it('writes Idempotency-Key for one call and Idempotency-Key-<i> per call of a batch, after your own headers', async () => {
-    const single = idempotencyHeaders<{ op: Operation }>({ headers: ({ op }) => ({ 'x-path': op.path, 'idempotency-KEY': 'stale' }) });
+    const single = idempotencyHeaders<{ op: Operation }>({
+      headers: ({ op }) => ({ 'x-path': op.path, 'idempotency-KEY': 'stale' }),
+    });
     expect(await single({ op: mutation('k1') })).toEqual({ 'x-path': 'pay', 'Idempotency-Key': 'k1' });
 
     const batch = idempotencyHeaders({ headers: new Headers({ authorization: 'Bearer t' }) });
@@ -136,19 +143,29 @@ describe('idempotencyHeaders', () => {
       'Idempotency-Key-2': 'c',
     });
     const query: Operation = { ...mutation('q'), type: 'query' };
-    expect(await idempotencyHeaders({ header: 'X-Request-Key' })({ opList: [query, mutation('m')] })).toEqual({ 'X-Request-Key-1': 'm' });
+    expect(await idempotencyHeaders({ header: 'X-Request-Key' })({ opList: [query, mutation('m')] })).toEqual({
+      'X-Request-Key-1': 'm',
+    });
   });
 
   it('fails loudly when a key holder reaches it unresolved (no idempotencyLink in the chain), or with a bad header name', async () => {
-    await expect(idempotencyHeaders()({ op: mutation(createIdempotencyKey()) })).rejects.toThrow(/Put idempotencyLink\(\) before/);
+    await expect(idempotencyHeaders()({ op: mutation(createIdempotencyKey()) })).rejects.toThrow(
+      /Put idempotencyLink\(\) before/,
+    );
     expect(() => idempotencyHeaders({ header: 'Idempotency Key' })).toThrow(IdempotencyConfigError);
   });
 
   it('types: fits httpLink ({ op }) and httpBatchLink ({ opList }) options', () => {
     httpLink({ url: 'http://x', headers: idempotencyHeaders({ headers: ({ op }) => ({ 'x-path': op.path }) }) });
-    httpBatchLink({ url: 'http://x', headers: idempotencyHeaders({ headers: ({ opList }) => ({ 'x-calls': String(opList.length) }) }) });
-    // @ts-expect-error httpLink gives { op }, not { opList }
-    httpLink({ url: 'http://x', headers: idempotencyHeaders({ headers: ({ opList }) => ({ 'x-calls': String(opList.length) }) }) });
+    httpBatchLink({
+      url: 'http://x',
+      headers: idempotencyHeaders({ headers: ({ opList }) => ({ 'x-calls': String(opList.length) }) }),
+    });
+    httpLink({
+      url: 'http://x',
+      // @ts-expect-error httpLink gives { op }, not { opList }
+      headers: idempotencyHeaders({ headers: ({ opList }) => ({ 'x-calls': String(opList.length) }) }),
+    });
     expectTypeOf(idempotencyLink()).toEqualTypeOf<TRPCLink<AnyTRPCRouter>>();
     // @ts-expect-error maxAttempts is a number
     expect(() => idempotencyLink({ maxAttempts: '3' })).toThrow(IdempotencyConfigError);
@@ -191,8 +208,12 @@ describe('idempotencyLink', () => {
     const transport = recordingLink();
     const client = createTRPCUntypedClient({ links: [idempotencyLink(), transport.link] });
     await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'é' } })).rejects.toThrow(/printable ASCII/);
-    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 42 } })).rejects.toThrow(/a number, not a string/);
-    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'x'.repeat(256) } })).rejects.toThrow(/1 to 255/);
+    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 42 } })).rejects.toThrow(
+      /a number, not a string/,
+    );
+    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'x'.repeat(256) } })).rejects.toThrow(
+      /1 to 255/,
+    );
     expect(transport.ops).toEqual([]);
   });
 
@@ -200,7 +221,10 @@ describe('idempotencyLink', () => {
     const transport = recordingLink(() => 'hang');
     const events: IdempotencyRetryEvent[] = [];
     const client = createTRPCUntypedClient({
-      links: [idempotencyLink({ timeoutMs: 20, maxAttempts: 3, baseDelayMs: 1, onRetry: (e) => events.push(e) }), transport.link],
+      links: [
+        idempotencyLink({ timeoutMs: 20, maxAttempts: 3, baseDelayMs: 1, onRetry: (e) => events.push(e) }),
+        transport.link,
+      ],
     });
     const error = (await client.mutation('pay', {}).then(
       () => undefined,
@@ -209,7 +233,7 @@ describe('idempotencyLink', () => {
     expect((error.cause as Error).name).toBe('TimeoutError');
     expect(transport.ops).toHaveLength(3);
     expect(transport.unsubscribed()).toBe(3);
-    expect(new Set(transport.ops.map((op) => op.context['idempotencyKey'])).size).toBe(1);
+    expect(new Set(transport.ops.map((op) => op.context.idempotencyKey)).size).toBe(1);
     expect(events.map((e) => e.attempts)).toEqual([1, 2]);
   });
 
@@ -260,13 +284,20 @@ describe('error helpers', () => {
   });
 
   it('read Retry-After from data.idempotency, else from the header in seconds or as an HTTP date', () => {
-    expect(getRetryAfterMs({ data: { httpStatus: 409, idempotency: { reason: 'in_progress', retryAfter: 2 } } })).toBe(2_000);
+    expect(getRetryAfterMs({ data: { httpStatus: 409, idempotency: { reason: 'in_progress', retryAfter: 2 } } })).toBe(
+      2_000,
+    );
     expect(getRetryAfterMs({ data: { httpStatus: 503 }, meta: { response: { headers: headers('3') } } })).toBe(3_000);
     const now = Date.parse('2025-01-01T00:00:00Z');
-    const date = { data: { httpStatus: 429 }, meta: { response: { headers: headers('Wed, 01 Jan 2025 00:00:05 GMT') } } };
+    const date = {
+      data: { httpStatus: 429 },
+      meta: { response: { headers: headers('Wed, 01 Jan 2025 00:00:05 GMT') } },
+    };
     expect(getRetryAfterMs(date, now)).toBe(5_000);
     // a Retry-After on the response of another status (a batch) is not this call's
-    expect(getRetryAfterMs({ data: { httpStatus: 500 }, meta: { response: { headers: headers('3') } } })).toBeUndefined();
+    expect(
+      getRetryAfterMs({ data: { httpStatus: 500 }, meta: { response: { headers: headers('3') } } }),
+    ).toBeUndefined();
   });
 
   it("recognise the layer's 409 in flight by its message where neither data.idempotency nor Retry-After reached the client", () => {

@@ -21,8 +21,8 @@ import {
   type PaymentsServer,
   type PaymentsServerOptions,
   startPaymentsServer,
-  until,
   UUID_V4,
+  until,
 } from './helpers/client.js';
 import { type DropProxy, startDropProxy } from './helpers/drop-proxy.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from './helpers/redis.js';
@@ -113,15 +113,28 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
   it('a batch of three mutations carries three keys, one indexed header per call, and each runs once though the batch response is lost', async () => {
     const server = await serve();
     const proxy = await dropProxy(server);
-    const { trpc, responses } = createIdempotentClient(server, { url: proxy.url, transport: 'batch', link: { random: () => 0 } });
+    const { trpc, responses } = createIdempotentClient(server, {
+      url: proxy.url,
+      transport: 'batch',
+      link: { random: () => 0 },
+    });
 
     const charges = await Promise.all([1, 2, 3].map((amount) => trpc.pay.mutate({ amount })));
 
     expect(charges.map((c) => c.amount)).toEqual([1, 2, 3]);
-    expect(server.runs('pay').map((e) => (e.input as { amount: number }).amount).sort()).toEqual([1, 2, 3]);
+    expect(
+      server
+        .runs('pay')
+        .map((e) => (e.input as { amount: number }).amount)
+        .sort(),
+    ).toEqual([1, 2, 3]);
     const [first, ...later] = server.requests;
     expect(first!.url).toContain('batch=1');
-    expect(Object.keys(keyHeaders(first!)).sort()).toEqual(['idempotency-key-0', 'idempotency-key-1', 'idempotency-key-2']);
+    expect(Object.keys(keyHeaders(first!)).sort()).toEqual([
+      'idempotency-key-0',
+      'idempotency-key-1',
+      'idempotency-key-2',
+    ]);
     const keys = Object.values(keyHeaders(first!));
     expect(new Set(keys).size).toBe(3);
     for (const key of keys) expect(key).toMatch(UUID_V4);
@@ -244,12 +257,16 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
     const { trpc } = createIdempotentClient(server, { transport: 'batch' });
     const id = randomUUID();
     const keys = [`order-7,line-2:${id}`, `"quoted\\${id}`];
-    const first = await Promise.all(keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })));
+    const first = await Promise.all(
+      keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })),
+    );
     const headers = keyHeaders(server.requests[0]!);
     expect(headers['idempotency-key-0']).toBe(`"${keys[0]}"`);
     expect(headers['idempotency-key-1']).toBe(`"\\"quoted\\\\${id}"`);
     // the same keys again: replayed, so the server stored them under the keys themselves
-    const again = await Promise.all(keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })));
+    const again = await Promise.all(
+      keys.map((key, i) => trpc.pay.mutate({ amount: 10 + i }, { context: { idempotencyKey: key } })),
+    );
     expect(again).toEqual(first);
     expect(server.runs('pay')).toHaveLength(2);
   });

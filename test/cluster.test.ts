@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine } from '../src/index.js';
-import { redisStore, type RedisStore } from '../src/redis.js';
+import { type RedisStore, redisStore } from '../src/redis.js';
 import { describeStoreContract } from './contract/store-contract.js';
 import { sleep } from './helpers/redis.js';
 import { type PrivateCluster, startPrivateCluster } from './helpers/redis-server.js';

@@ -5,23 +5,24 @@
  * value) is a 500 `TRPCError` whose message says what to change, the
  * procedure does not run, and it is not an `IdempotencyConfigError`.
  */
+
+import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { AddressInfo } from 'node:net';
-import { randomUUID } from 'node:crypto';
-import { initTRPC, TRPCError, type AnyTRPCRouter } from '@trpc/server';
+import { type AnyTRPCRouter, initTRPC, TRPCError } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import { applyWSSHandler } from '@trpc/server/adapters/ws';
-import { afterEach, describe, expect, expectTypeOf, it } from 'vitest';
 import superjson from 'superjson';
+import { afterEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
   createIdempotencyEngine,
   IdempotencyConfigError,
-  idempotencyErrorFormatter,
   type IdempotencyMeta,
+  idempotencyErrorFormatter,
   memoryStore,
-  withIdempotency,
   type WithIdempotencyOptions,
+  withIdempotency,
 } from '../src/index.js';
 import { createClient, rejectionOf } from './helpers/trpc.js';
 
@@ -29,7 +30,10 @@ interface Ctx {
   user?: { id: string };
 }
 // isDev: false, as in production: tRPC must still pass the message on
-const t = initTRPC.context<Ctx>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+const t = initTRPC
+  .context<Ctx>()
+  .meta<IdempotencyMeta>()
+  .create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
 
 function configErrorOf(fn: () => unknown): IdempotencyConfigError {
   try {
@@ -43,13 +47,25 @@ function configErrorOf(fn: () => unknown): IdempotencyConfigError {
 
 describe('options of the wrong type are refused when the builder is created', () => {
   it.each([
-    ['scope', { scope: 'user' }, /withIdempotency: scope must be a function .*\(\{ ctx \}\) => ctx\.user\.id.*; got the string "user"/],
+    [
+      'scope',
+      { scope: 'user' },
+      /withIdempotency: scope must be a function .*\(\{ ctx \}\) => ctx\.user\.id.*; got the string "user"/,
+    ],
     ['getKey', { getKey: 42 }, /withIdempotency: getKey must be a function .*; got the number 42/],
     ['required', { required: 'yes' }, /withIdempotency: required must be true or false; got the string "yes"/],
     ['header', { header: 5 }, /withIdempotency: header must be a header name .*'Idempotency-Key'; got the number 5/],
-    ['header', { header: 'Idempotency Key' }, /withIdempotency: header must be a header name \(letters, digits, dashes\)/],
+    [
+      'header',
+      { header: 'Idempotency Key' },
+      /withIdempotency: header must be a header name \(letters, digits, dashes\)/,
+    ],
     ['replayedHeader', { replayedHeader: true }, /withIdempotency: replayedHeader must be a header name .*; got true/],
-    ['engine', { engine: {} }, /withIdempotency: engine must be an engine made by createIdempotencyEngine\(\); got an object without execute\(\)/],
+    [
+      'engine',
+      { engine: {} },
+      /withIdempotency: engine must be an engine made by createIdempotencyEngine\(\); got an object without execute\(\)/,
+    ],
     ['engine', { engine: 'shared' }, /withIdempotency: engine must be an engine .*; got the string "shared"/],
   ])('%s: %j', (_name, options, message) => {
     const error = configErrorOf(() => withIdempotency(t.procedure, options as never));
@@ -60,7 +76,9 @@ describe('options of the wrong type are refused when the builder is created', ()
     expect(configErrorOf(() => withIdempotency(t.procedure, 'strict' as never)).message).toMatch(
       /withIdempotency: options must be an object \(or omitted\); got the string "strict"/,
     );
-    expect(configErrorOf(() => withIdempotency(t.procedure, null as never)).message).toMatch(/options must be an object \(or omitted\); got null/);
+    expect(configErrorOf(() => withIdempotency(t.procedure, null as never)).message).toMatch(
+      /options must be an object \(or omitted\); got null/,
+    );
     expect(configErrorOf(() => withIdempotency(t.router({}) as never)).message).toMatch(
       /withIdempotency: the first argument must be a tRPC procedure builder, such as t\.procedure/,
     );
@@ -79,7 +97,9 @@ describe('options of the wrong type are refused when the builder is created', ()
       }),
     ).not.toThrow();
     expect(() => withIdempotency(t.procedure)).not.toThrow();
-    expect(() => withIdempotency(t.procedure, { scope: undefined, getKey: undefined, required: undefined, header: undefined })).not.toThrow();
+    expect(() =>
+      withIdempotency(t.procedure, { scope: undefined, getKey: undefined, required: undefined, header: undefined }),
+    ).not.toThrow();
   });
 });
 
@@ -90,25 +110,30 @@ describe("the router's data transformer", () => {
   it('is read from the builder, and a transformer given too must be the same one', () => {
     expect(() => withIdempotency(withSuperjson.procedure, {})).not.toThrow();
     expect(() => withIdempotency(withSuperjson.procedure, { transformer: superjson })).not.toThrow();
-    expect(() => withIdempotency(withSuperjson.procedure, { transformer: { input: superjson, output: superjson } })).not.toThrow();
+    expect(() =>
+      withIdempotency(withSuperjson.procedure, { transformer: { input: superjson, output: superjson } }),
+    ).not.toThrow();
     expect(() => withIdempotency(plain.procedure, { transformer: null })).not.toThrow();
     const other = { serialize: (v: unknown) => v, deserialize: (v: unknown) => v };
     expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: other })).message).toMatch(
       /withIdempotency: transformer is not the one the router was created with .*Pass the same one, or leave the option out/,
     );
-    expect(configErrorOf(() => withIdempotency(plain.procedure, { transformer: superjson })).message).toMatch(/transformer is not the one the router was created with/);
+    expect(configErrorOf(() => withIdempotency(plain.procedure, { transformer: superjson })).message).toMatch(
+      /transformer is not the one the router was created with/,
+    );
     expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: null })).message).toMatch(
       /transformer is null, but the router was created with a data transformer/,
     );
-    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: 'superjson' as never })).message).toMatch(
-      /transformer must be a data transformer, such as superjson .*; got the string "superjson"/,
-    );
+    expect(
+      configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: 'superjson' as never })).message,
+    ).toMatch(/transformer must be a data transformer, such as superjson .*; got the string "superjson"/);
   });
 
   it('is required where the builder does not carry the router config (@trpc/server before 11.22), and then used', async () => {
     // What an 11.19 builder looks like to withIdempotency: a builder whose _def has no config.
     const old = new Proxy(withSuperjson.procedure, {
-      get: (target, prop, receiver) => (prop === '_def' ? { ...target._def, config: undefined } : Reflect.get(target, prop, receiver)),
+      get: (target, prop, receiver) =>
+        prop === '_def' ? { ...target._def, config: undefined } : Reflect.get(target, prop, receiver),
     });
     expect(configErrorOf(() => withIdempotency(old, {})).message).toMatch(
       /this @trpc\/server \(before 11\.22\) does not tell a procedure builder which data transformer the router uses.*`transformer: superjson`.*`transformer: null`/,
@@ -188,7 +213,8 @@ function expectPlain500(error: unknown, message: RegExp) {
   expect(error).toBeInstanceOf(TRPCError);
   expect(error).toMatchObject({ code: 'INTERNAL_SERVER_ERROR' });
   expect((error as Error).message).toMatch(message);
-  for (let e: unknown = error; e != null; e = (e as { cause?: unknown }).cause) expect(e).not.toBeInstanceOf(IdempotencyConfigError);
+  for (let e: unknown = error; e != null; e = (e as { cause?: unknown }).cause)
+    expect(e).not.toBeInstanceOf(IdempotencyConfigError);
 }
 
 describe('what only a request can show is a 500 that says what to change', () => {
@@ -197,7 +223,8 @@ describe('what only a request can show is a 500 that says what to change', () =>
     const router = t.router({ op: withIdempotency(t.procedure, { store: memoryStore() }).mutation(() => ++runs) });
     const { client, errors } = await serve(router, () => ({})); // forgot to return req
     const error = await rejectionOf(client.op.mutate(undefined, { context: { key: randomUUID() } }));
-    const message = /Procedure op: the tRPC context has no request headers to read Idempotency-Key from\. Return the request from createContext .* or pass getKey\./;
+    const message =
+      /Procedure op: the tRPC context has no request headers to read Idempotency-Key from\. Return the request from createContext .* or pass getKey\./;
     expect(error.data).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', httpStatus: 500 });
     expect(error.data?.idempotency).toBeUndefined();
     expect(error.message).toMatch(message);
@@ -220,11 +247,14 @@ describe('what only a request can show is a 500 that says what to change', () =>
   ])('a scope that returns %s', async (_label, value, returned) => {
     let runs = 0;
     const router = t.router({
-      op: withIdempotency(t.procedure, { store: memoryStore(), scope: async () => value as never }).mutation(() => ++runs),
+      op: withIdempotency(t.procedure, { store: memoryStore(), scope: async () => value as never }).mutation(
+        () => ++runs,
+      ),
     });
     const { client, errors } = await serve(router, ({ req, res }) => ({ req, res }));
     const error = await rejectionOf(client.op.mutate(undefined, { context: { key: randomUUID() } }));
-    const message = /Procedure op: scope returned .*\. Return the user or tenant id \(a non-empty string or a number\), or null for a call that is deliberately unscoped\./;
+    const message =
+      /Procedure op: scope returned .*\. Return the user or tenant id \(a non-empty string or a number\), or null for a call that is deliberately unscoped\./;
     expect(error.data).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', httpStatus: 500 });
     expect(error.message).toMatch(message);
     expect(error.message).toMatch(returned);
@@ -240,7 +270,8 @@ describe('what only a request can show is a 500 that says what to change', () =>
         .mutation(() => ++runs),
     });
     const { client, errors } = await serve(router, ({ req, res }) => ({ req, res }));
-    const message = /Procedure op: getKey returned an object\. Return the key as a string, or undefined \(or null\) when the call has none\./;
+    const message =
+      /Procedure op: getKey returned an object\. Return the key as a string, or undefined \(or null\) when the call has none\./;
     const error = await rejectionOf(client.op.mutate({ id: 1 }));
     expect(error.data).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', httpStatus: 500 });
     expect(error.message).toMatch(message);
@@ -259,7 +290,11 @@ describe('what only a request can show is a 500 that says what to change', () =>
    */
   class MemorySocket extends EventEmitter {
     readyState = 1;
-    readonly received: { id: number | null; result?: unknown; error?: { message: string; data: Record<string, unknown> } }[] = [];
+    readonly received: {
+      id: number | null;
+      result?: unknown;
+      error?: { message: string; data: Record<string, unknown> };
+    }[] = [];
     send(data: string) {
       this.received.push(JSON.parse(data));
     }
@@ -281,13 +316,23 @@ describe('what only a request can show is a 500 that says what to change', () =>
     const router = t.router({ op: withIdempotency(t.procedure, { store: memoryStore() }).mutation(() => ++runs) });
     const errors: TRPCError[] = [];
     const wss = new EventEmitter();
-    applyWSSHandler({ wss: wss as never, router, createContext: ({ req, res }) => ({ req, res }) as never, onError: ({ error }) => errors.push(error) });
+    applyWSSHandler({
+      wss: wss as never,
+      router,
+      createContext: ({ req, res }) => ({ req, res }) as never,
+      onError: ({ error }) => errors.push(error),
+    });
     const socket = new MemorySocket();
-    wss.emit('connection', socket, { url: '/', method: 'GET', headers: { host: 'localhost', 'idempotency-key': randomUUID() } });
+    wss.emit('connection', socket, {
+      url: '/',
+      method: 'GET',
+      headers: { host: 'localhost', 'idempotency-key': randomUUID() },
+    });
     socket.call(1, 'op');
     await expect.poll(() => socket.received.length).toBe(1);
     const { error } = socket.received[0]!;
-    const message = /Procedure op: over a WebSocket the request headers are those of the connection, shared by all its calls, so they cannot carry a key per mutation\. Pass getKey/;
+    const message =
+      /Procedure op: over a WebSocket the request headers are those of the connection, shared by all its calls, so they cannot carry a key per mutation\. Pass getKey/;
     expect(error?.data).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', httpStatus: 500 });
     expect(error?.message).toMatch(message);
     expectPlain500(errors[0], message);
@@ -298,10 +343,22 @@ describe('what only a request can show is a 500 that says what to change', () =>
 
 describe('engine and policy options are refused at creation, saying what to change', () => {
   it.each([
-    ['storeTimeout past a timer limit', { storeTimeout: 30 * 86_400_000 }, /storeTimeout must be at most 2147483647 ms \(2\^31 - 1, about 24\.8 days: a Node\.js timer's limit\), got 2592000000/],
-    ['lockTtl past a timer limit', { lockTtl: 2 ** 33, ttl: 2 ** 34 }, /lockTtl must be at most 2147483647 ms .*got 8589934592/],
+    [
+      'storeTimeout past a timer limit',
+      { storeTimeout: 30 * 86_400_000 },
+      /storeTimeout must be at most 2147483647 ms \(2\^31 - 1, about 24\.8 days: a Node\.js timer's limit\), got 2592000000/,
+    ],
+    [
+      'lockTtl past a timer limit',
+      { lockTtl: 2 ** 33, ttl: 2 ** 34 },
+      /lockTtl must be at most 2147483647 ms .*got 8589934592/,
+    ],
     ['maxRunTime past a timer limit', { maxRunTime: 2 ** 31 }, /maxRunTime must be at most 2147483647 ms/],
-    ['waitTimeout past a timer limit', { waitTimeout: 2 ** 31 }, /waitTimeout must be a number of milliseconds from 0 to 2147483647/],
+    [
+      'waitTimeout past a timer limit',
+      { waitTimeout: 2 ** 31 },
+      /waitTimeout must be a number of milliseconds from 0 to 2147483647/,
+    ],
     [
       'storeTimeout longer than a third of lockTtl',
       { lockTtl: 300, storeTimeout: 1_000 },
@@ -312,8 +369,16 @@ describe('engine and policy options are refused at creation, saying what to chan
       { excludeFields: ['clientTimestamp', 'meta.requestId'] },
       /excludeFields takes field names, each left out at any depth, not paths: "meta\.requestId" would exclude nothing\. Write "requestId"/,
     ],
-    ['an empty excludeFields name', { excludeFields: [''] }, /excludeFields must be an array of field names \(non-empty strings\)/],
-    ['a store that is not one', { store: { claim: () => {} } }, /store must implement the IdempotencyStore interface .*it has no complete, release, extend/],
+    [
+      'an empty excludeFields name',
+      { excludeFields: [''] },
+      /excludeFields must be an array of field names \(non-empty strings\)/,
+    ],
+    [
+      'a store that is not one',
+      { store: { claim: () => {} } },
+      /store must implement the IdempotencyStore interface .*it has no complete, release, extend/,
+    ],
     ['an onEvent that is not a function', { onEvent: 'log' }, /onEvent must be a function/],
     ['a clock that is not a function', { now: 5 }, /now must be a function/],
   ])('%s', (_name, options, message) => {
@@ -326,7 +391,9 @@ describe('engine and policy options are refused at creation, saying what to chan
     expect(configErrorOf(() => idem.meta({ idempotency: { lockTtl: 300 } }).mutation(() => 1)).message).toMatch(
       /meta\.idempotency: storeTimeout \(1000 ms\) is more than a third of lockTtl \(300 ms\)/,
     );
-    expect(configErrorOf(() => idem.meta({ idempotency: { excludeFields: ['a.b'] } }).mutation(() => 1)).message).toMatch(/Write "b"/);
+    expect(
+      configErrorOf(() => idem.meta({ idempotency: { excludeFields: ['a.b'] } }).mutation(() => 1)).message,
+    ).toMatch(/Write "b"/);
   });
 
   it('without an explicit storeTimeout, a short lockTtl lowers the default (1 s) to lockTtl / 3', () => {
@@ -337,6 +404,8 @@ describe('engine and policy options are refused at creation, saying what to chan
   });
 
   it('memoryStore refuses a sweep interval a timer cannot keep', () => {
-    expect(configErrorOf(() => memoryStore({ sweepInterval: 2 ** 31 })).message).toMatch(/sweepInterval must be a number of ms from 1 to 2147483647/);
+    expect(configErrorOf(() => memoryStore({ sweepInterval: 2 ** 31 })).message).toMatch(
+      /sweepInterval must be a number of ms from 1 to 2147483647/,
+    );
   });
 });

@@ -24,7 +24,10 @@ const REPLICAS = 6;
 const ROUNDS = 5;
 const MIGRATIONS_COUNT = readMigrationFiles({ migrationsFolder: MIGRATIONS }).length;
 
-async function admin<T extends pg.QueryResultRow = Record<string, unknown>>(text: string, values?: unknown[]): Promise<T[]> {
+async function admin<T extends pg.QueryResultRow = Record<string, unknown>>(
+  text: string,
+  values?: unknown[],
+): Promise<T[]> {
   const client = new pg.Client({ connectionString: DATABASE_URL });
   await client.connect();
   try {
@@ -52,7 +55,9 @@ class Fresh {
   /** A pool of its own, as a replica has: one connection, `-c` settings added to the search_path. */
   pool(settings: Record<string, string> = {}): pg.Pool {
     const u = new URL(DATABASE_URL);
-    const options = Object.entries({ search_path: this.schema, ...settings }).map(([k, v]) => `-c ${k}=${v.replaceAll(' ', '\\ ')}`);
+    const options = Object.entries({ search_path: this.schema, ...settings }).map(
+      ([k, v]) => `-c ${k}=${v.replaceAll(' ', '\\ ')}`,
+    );
     u.searchParams.set('options', options.join(' '));
     const pool = new pg.Pool({ connectionString: u.toString(), max: 1 });
     pool.on('error', () => {});
@@ -85,13 +90,18 @@ async function expectMigrated(fresh: Fresh, migrationsFolder = MIGRATIONS): Prom
   const expected = readMigrationFiles({ migrationsFolder });
   const rows = await fresh.journalRows();
   expect(rows.map((r) => [r.hash, Number(r.created_at)])).toEqual(expected.map((m) => [m.hash, m.folderMillis]));
-  const indexes = await admin<{ indexname: string }>(`select indexname from pg_indexes where schemaname = $1 and tablename = 'idempotency_keys' order by indexname`, [
-    fresh.schema,
-  ]);
+  const indexes = await admin<{ indexname: string }>(
+    `select indexname from pg_indexes where schemaname = $1 and tablename = 'idempotency_keys' order by indexname`,
+    [fresh.schema],
+  );
   expect(indexes.map((r) => r.indexname)).toEqual(['idempotency_keys_expires_at_idx', 'idempotency_keys_pkey']);
   const store = drizzleStore({ db: drizzlePg(fresh.pool()) });
-  expect(await store.claim({ id: 'after-migration', fingerprint: 'fp', token: 't', lockTtl: 10_000 })).toMatchObject({ state: 'acquired' });
-  expect(await store.claim({ id: 'after-migration', fingerprint: 'fp', token: 'u', lockTtl: 10_000 })).toMatchObject({ state: 'in_progress' });
+  expect(await store.claim({ id: 'after-migration', fingerprint: 'fp', token: 't', lockTtl: 10_000 })).toMatchObject({
+    state: 'acquired',
+  });
+  expect(await store.claim({ id: 'after-migration', fingerprint: 'fp', token: 'u', lockTtl: 10_000 })).toMatchObject({
+    state: 'in_progress',
+  });
 }
 
 describe(`${REPLICAS} replicas migrating one fresh database at the same moment`, () => {
@@ -99,24 +109,33 @@ describe(`${REPLICAS} replicas migrating one fresh database at the same moment`,
     ['the server default (read committed)', {}],
     ['repeatable read', { default_transaction_isolation: 'repeatable read' }],
     ['serializable', { default_transaction_isolation: 'serializable' }],
-  ])(`all succeed, and the migrations are applied once, over ${ROUNDS} rounds: %s`, async (_name, settings: Record<string, string>) => {
-    for (let round = 0; round < ROUNDS; round++) {
-      const fresh = await new Fresh().create();
-      try {
-        const pools = Array.from({ length: REPLICAS }, () => fresh.pool(settings));
-        if (settings.default_transaction_isolation !== undefined) {
-          const [row] = (await pools[0]!.query<{ level: string }>('show default_transaction_isolation')).rows;
-          expect(row?.level ?? (row as Record<string, string> | undefined)?.default_transaction_isolation).toBe(settings.default_transaction_isolation);
+  ])(
+    `all succeed, and the migrations are applied once, over ${ROUNDS} rounds: %s`,
+    async (_name, settings: Record<string, string>) => {
+      for (let round = 0; round < ROUNDS; round++) {
+        const fresh = await new Fresh().create();
+        try {
+          const pools = Array.from({ length: REPLICAS }, () => fresh.pool(settings));
+          if (settings.default_transaction_isolation !== undefined) {
+            const [row] = (await pools[0]!.query<{ level: string }>('show default_transaction_isolation')).rows;
+            expect(row?.level ?? (row as Record<string, string> | undefined)?.default_transaction_isolation).toBe(
+              settings.default_transaction_isolation,
+            );
+          }
+          const results = await together(pools, (pool) => migrateIdempotencyKeys(drizzlePg(pool), fresh.options()));
+          // One replica applied everything; the others waited for its commit and found it done.
+          expect(results.map((r) => r.applied).sort((a, b) => a - b)).toEqual([
+            ...Array(REPLICAS - 1).fill(0),
+            MIGRATIONS_COUNT,
+          ]);
+          await expectMigrated(fresh);
+        } finally {
+          await fresh.drop();
         }
-        const results = await together(pools, (pool) => migrateIdempotencyKeys(drizzlePg(pool), fresh.options()));
-        // One replica applied everything; the others waited for its commit and found it done.
-        expect(results.map((r) => r.applied).sort((a, b) => a - b)).toEqual([...Array(REPLICAS - 1).fill(0), MIGRATIONS_COUNT]);
-        await expectMigrated(fresh);
-      } finally {
-        await fresh.drop();
       }
-    }
-  }, 120_000);
+    },
+    120_000,
+  );
 
   it('a newer migration is applied once, after the ones already there', async () => {
     const folder = mkdtempSync(join(tmpdir(), 'idem-migrations-'));
@@ -124,20 +143,34 @@ describe(`${REPLICAS} replicas migrating one fresh database at the same moment`,
     try {
       cpSync(MIGRATIONS, folder, { recursive: true });
       const journalPath = join(folder, 'meta', '_journal.json');
-      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: { idx: number; when: number; tag: string }[] };
+      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as {
+        entries: { idx: number; when: number; tag: string }[];
+      };
       const lastEntry = journal.entries.at(-1)!;
-      journal.entries.push({ ...lastEntry, idx: lastEntry.idx + 1, when: lastEntry.when + 1_000, tag: '9999_test_note' });
+      journal.entries.push({
+        ...lastEntry,
+        idx: lastEntry.idx + 1,
+        when: lastEntry.when + 1_000,
+        tag: '9999_test_note',
+      });
       writeFileSync(journalPath, JSON.stringify(journal));
       writeFileSync(join(folder, '9999_test_note.sql'), 'ALTER TABLE "idempotency_keys" ADD COLUMN "note" text;');
 
-      expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({ applied: MIGRATIONS_COUNT });
-      const pools = Array.from({ length: REPLICAS }, () => fresh.pool({ default_transaction_isolation: 'serializable' }));
-      const results = await together(pools, (pool) => migrateIdempotencyKeys(drizzlePg(pool), fresh.options({ migrationsFolder: folder })));
+      expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({
+        applied: MIGRATIONS_COUNT,
+      });
+      const pools = Array.from({ length: REPLICAS }, () =>
+        fresh.pool({ default_transaction_isolation: 'serializable' }),
+      );
+      const results = await together(pools, (pool) =>
+        migrateIdempotencyKeys(drizzlePg(pool), fresh.options({ migrationsFolder: folder })),
+      );
       expect(results.map((r) => r.applied).sort((a, b) => a - b)).toEqual([...Array(REPLICAS - 1).fill(0), 1]);
       await expectMigrated(fresh, folder);
-      const columns = await admin(`select 1 from information_schema.columns where table_schema = $1 and table_name = 'idempotency_keys' and column_name = 'note'`, [
-        fresh.schema,
-      ]);
+      const columns = await admin(
+        `select 1 from information_schema.columns where table_schema = $1 and table_name = 'idempotency_keys' and column_name = 'note'`,
+        [fresh.schema],
+      );
       expect(columns).toHaveLength(1);
     } finally {
       await fresh.drop();
@@ -246,13 +279,19 @@ describe('PGlite', () => {
 
   it('migrates with every default (the drizzle schema, the package’s own folder), once, and the store works', async () => {
     const db = drizzlePglite(client);
-    const results = await Promise.all([migrateIdempotencyKeys(db), migrateIdempotencyKeys(db), migrateIdempotencyKeys(db)]);
+    const results = await Promise.all([
+      migrateIdempotencyKeys(db),
+      migrateIdempotencyKeys(db),
+      migrateIdempotencyKeys(db),
+    ]);
     expect(results.map((r) => r.applied).sort((a, b) => a - b)).toEqual([0, 0, MIGRATIONS_COUNT]);
     expect(await migrateIdempotencyKeys(db)).toEqual({ applied: 0 });
     const { rows } = await client.query<{ hash: string }>(`select hash from drizzle.${MIGRATIONS_TABLE} order by id`);
     expect(rows.map((r) => r.hash)).toEqual(readMigrationFiles({ migrationsFolder: MIGRATIONS }).map((m) => m.hash));
     const store = drizzleStore({ db });
-    expect(await store.claim({ id: 'lite', fingerprint: 'fp', token: 't', lockTtl: 10_000 })).toMatchObject({ state: 'acquired' });
+    expect(await store.claim({ id: 'lite', fingerprint: 'fp', token: 't', lockTtl: 10_000 })).toMatchObject({
+      state: 'acquired',
+    });
   });
 
   it('recognises a database migrated by drizzle-orm’s PGlite migrator', async () => {
@@ -260,7 +299,9 @@ describe('PGlite', () => {
     try {
       const db = drizzlePglite(other);
       await drizzleMigratePglite(db, { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
-      expect(await migrateIdempotencyKeys(db, { migrationsFolder: new URL('../drizzle', import.meta.url) })).toEqual({ applied: 0 });
+      expect(await migrateIdempotencyKeys(db, { migrationsFolder: new URL('../drizzle', import.meta.url) })).toEqual({
+        applied: 0,
+      });
       const { rows } = await other.query<{ n: number }>(`select count(*)::int as n from drizzle.${MIGRATIONS_TABLE}`);
       expect(rows[0]?.n).toBe(MIGRATIONS_COUNT);
     } finally {
@@ -279,12 +320,36 @@ describe('options', () => {
   });
 
   it.each([
-    ['an empty table name', { migrationsTable: '' }, /`migrationsTable` must be a non-empty name .*got ""\. Leave it out to use '__trpc_idempotency_migrations'/],
-    ['a table name PostgreSQL would truncate', { migrationsTable: 'j'.repeat(64) }, /`migrationsTable` must be .* at most 63 bytes \(PostgreSQL truncates longer ones\), got a name of 64 bytes/],
-    ['a schema that is not a string', { migrationsSchema: 42 }, /`migrationsSchema` must be a non-empty name .*got number\. Leave it out to use 'drizzle'/],
-    ['a misspelt option', { migrationTable: 'x' }, /unknown option `migrationTable`; the options are `migrationsFolder`, `migrationsSchema`, `migrationsTable`/],
-    ['a folder without migrations', { migrationsFolder: tmpdir() }, /holds no migrations \(meta\/_journal\.json is missing\)\. Point `migrationsFolder` at trpc-idempotency's drizzle\/ folder/],
-    ['a URL that is not a file', { migrationsFolder: new URL('https://example.com/drizzle') }, /`migrationsFolder` must be a path or a file: URL, got object/],
+    [
+      'an empty table name',
+      { migrationsTable: '' },
+      /`migrationsTable` must be a non-empty name .*got ""\. Leave it out to use '__trpc_idempotency_migrations'/,
+    ],
+    [
+      'a table name PostgreSQL would truncate',
+      { migrationsTable: 'j'.repeat(64) },
+      /`migrationsTable` must be .* at most 63 bytes \(PostgreSQL truncates longer ones\), got a name of 64 bytes/,
+    ],
+    [
+      'a schema that is not a string',
+      { migrationsSchema: 42 },
+      /`migrationsSchema` must be a non-empty name .*got number\. Leave it out to use 'drizzle'/,
+    ],
+    [
+      'a misspelt option',
+      { migrationTable: 'x' },
+      /unknown option `migrationTable`; the options are `migrationsFolder`, `migrationsSchema`, `migrationsTable`/,
+    ],
+    [
+      'a folder without migrations',
+      { migrationsFolder: tmpdir() },
+      /holds no migrations \(meta\/_journal\.json is missing\)\. Point `migrationsFolder` at trpc-idempotency's drizzle\/ folder/,
+    ],
+    [
+      'a URL that is not a file',
+      { migrationsFolder: new URL('https://example.com/drizzle') },
+      /`migrationsFolder` must be a path or a file: URL, got object/,
+    ],
     ['options that are not an object', 'drizzle', /`options` must be an object, got "drizzle"/],
   ])('refuses %s, before touching the database', async (_name, options, message) => {
     const error = await migrateIdempotencyKeys(drizzlePglite(client), options as never).catch((e: unknown) => e);

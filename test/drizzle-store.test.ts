@@ -3,7 +3,7 @@
  * PGlite, then what only PostgreSQL has: purge and transactional mode.
  */
 import { drizzle } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { drizzleStore } from '../src/drizzle.js';
 import { describeStoreContract } from './contract/store-contract.js';
@@ -20,7 +20,11 @@ afterAll(async () => {
   await lite?.close();
 });
 
-describeStoreContract('postgres (node-postgres, READ COMMITTED)', () => ({ store: drizzleStore({ db: server.db }), advance: sleep }), { notifies: false });
+describeStoreContract(
+  'postgres (node-postgres, READ COMMITTED)',
+  () => ({ store: drizzleStore({ db: server.db }), advance: sleep }),
+  { notifies: false },
+);
 
 // Some teams set a stricter default: contended claims then fail with serialization errors, which the store retries.
 for (const level of ['repeatable read', 'serializable'] as const) {
@@ -33,10 +37,16 @@ for (const level of ['repeatable read', 'serializable'] as const) {
     expect(rows[0]?.transaction_isolation).toBe(level);
   });
   afterAll(() => pool?.end());
-  describeStoreContract(`postgres (node-postgres, ${level.toUpperCase()})`, () => ({ store: drizzleStore({ db }), advance: sleep }), { notifies: false });
+  describeStoreContract(
+    `postgres (node-postgres, ${level.toUpperCase()})`,
+    () => ({ store: drizzleStore({ db }), advance: sleep }),
+    { notifies: false },
+  );
 }
 
-describeStoreContract('postgres (PGlite)', () => ({ store: drizzleStore({ db: lite.db }), advance: sleep }), { notifies: false });
+describeStoreContract('postgres (PGlite)', () => ({ store: drizzleStore({ db: lite.db }), advance: sleep }), {
+  notifies: false,
+});
 
 describe('purgeExpired', () => {
   it('deletes expired rows in batches and leaves live claims and outcomes alone', async () => {
@@ -45,21 +55,45 @@ describe('purgeExpired', () => {
       const store = drizzleStore({ db: schema.db });
       for (let i = 0; i < 3; i++) {
         await store.claim({ id: `done-${i}`, fingerprint: 'fp', token: `t${i}`, lockTtl: 60_000 });
-        await store.complete({ fingerprint: 'fp', id: `done-${i}`, token: `t${i}`, state: 'completed', body: 'kept', ttl: 60_000 });
+        await store.complete({
+          fingerprint: 'fp',
+          id: `done-${i}`,
+          token: `t${i}`,
+          state: 'completed',
+          body: 'kept',
+          ttl: 60_000,
+        });
       }
-      for (let i = 0; i < 2; i++) await store.claim({ id: `running-${i}`, fingerprint: 'fp', token: 'r', lockTtl: 60_000 });
+      for (let i = 0; i < 2; i++)
+        await store.claim({ id: `running-${i}`, fingerprint: 'fp', token: 'r', lockTtl: 60_000 });
       for (let i = 0; i < 5; i++) {
         await store.claim({ id: `stale-${i}`, fingerprint: 'fp', token: 's', lockTtl: 200 });
-        if (i % 2 === 0) await store.complete({ fingerprint: 'fp', id: `stale-${i}`, token: 's', state: 'completed', body: 'old', ttl: 200 });
+        if (i % 2 === 0)
+          await store.complete({
+            fingerprint: 'fp',
+            id: `stale-${i}`,
+            token: 's',
+            state: 'completed',
+            body: 'old',
+            ttl: 200,
+          });
       }
       await sleep(300);
       expect(await store.purgeExpired({ batchSize: 2, maxBatches: 1 })).toBe(2);
       expect(await store.purgeExpired({ batchSize: 2 })).toBe(3);
       expect(await store.purgeExpired()).toBe(0);
-      const { rows } = await schema.pool.query<{ id: string; state: string }>('select id, state from idempotency_keys order by id');
+      const { rows } = await schema.pool.query<{ id: string; state: string }>(
+        'select id, state from idempotency_keys order by id',
+      );
       expect(rows.map((r) => r.id)).toEqual(['done-0', 'done-1', 'done-2', 'running-0', 'running-1']);
-      expect(await store.claim({ id: 'running-0', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
-      expect(await store.claim({ id: 'done-1', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({ state: 'completed', body: 'kept' });
+      expect(await store.claim({ id: 'running-0', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp',
+      });
+      expect(await store.claim({ id: 'done-1', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({
+        state: 'completed',
+        body: 'kept',
+      });
       await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(/batchSize must be a positive integer/);
     } finally {
       await schema.drop();
@@ -76,7 +110,9 @@ describe('purgeExpired', () => {
         'explain select id from idempotency_keys where expires_at <= statement_timestamp() order by expires_at limit 1000 for update skip locked',
       );
       await client.query('rollback');
-      expect(rows.map((r: { 'QUERY PLAN': string }) => r['QUERY PLAN']).join('\n')).toMatch(/Index Scan (using|on) idempotency_keys_expires_at_idx/);
+      expect(rows.map((r: { 'QUERY PLAN': string }) => r['QUERY PLAN']).join('\n')).toMatch(
+        /Index Scan (using|on) idempotency_keys_expires_at_idx/,
+      );
     } finally {
       client.release();
     }
@@ -94,7 +130,11 @@ describe('store failures on PostgreSQL', () => {
     url.searchParams.set('options', `-c search_path=${server.schema} -c statement_timeout=200`);
     const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
     const events: { result: string; error?: { message: string } }[] = [];
-    const engine = createIdempotencyEngine({ store: drizzleStore({ db: drizzle(pool) }), storeTimeout: 5_000, onEvent: (e) => events.push(e) });
+    const engine = createIdempotencyEngine({
+      store: drizzleStore({ db: drizzle(pool) }),
+      storeTimeout: 5_000,
+      onEvent: (e) => events.push(e),
+    });
     const seed = drizzleStore({ db: server.db });
     const key = 'locked-key';
     await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
@@ -104,7 +144,9 @@ describe('store failures on PostgreSQL', () => {
     await locker.query('select * from idempotency_keys where id = $1 for update', [recordId(undefined, 'op', key)]);
     try {
       let ran = false;
-      await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({ reason: 'store_unavailable' });
+      await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({
+        reason: 'store_unavailable',
+      });
       expect(ran).toBe(false);
       expect(events.at(-1)?.error?.message).toMatch(/statement timeout/);
     } finally {

@@ -9,6 +9,7 @@ import { count, eq } from 'drizzle-orm';
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { recordId } from '../src/core.js';
 import { drizzleStore } from '../src/drizzle.js';
 import {
   createIdempotencyEngine,
@@ -18,7 +19,6 @@ import {
   memoryStore,
   withIdempotency,
 } from '../src/index.js';
-import { recordId } from '../src/core.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 import { createClient, rejectionOf, startServer, type TestServer } from './helpers/trpc.js';
 
@@ -53,7 +53,11 @@ function app(events: IdempotencyEvent[] = []) {
   const store = drizzleStore({ db: pgs.db });
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
   const idempotentProcedure = withIdempotency(t.procedure, { store, onEvent: (e) => events.push(e), lockTtl: 5_000 });
-  const input = z.object({ key: z.string(), amount: z.number(), fail: z.enum(['none', 'crash', 'decline', 'commit', 'stolen']).default('none') });
+  const input = z.object({
+    key: z.string(),
+    amount: z.number(),
+    fail: z.enum(['none', 'crash', 'decline', 'commit', 'stolen']).default('none'),
+  });
   const router = t.router({
     charge: idempotentProcedure
       .meta({ idempotency: { transaction: true } })
@@ -64,7 +68,8 @@ function app(events: IdempotencyEvent[] = []) {
           .insert(charges)
           .values({ idemKey: input.key, amount: input.amount, reference: input.fail === 'commit' ? 'duplicate' : null })
           .returning();
-        if (input.fail === 'commit') await tx.insert(charges).values({ idemKey: input.key, amount: 0, reference: 'duplicate' });
+        if (input.fail === 'commit')
+          await tx.insert(charges).values({ idemKey: input.key, amount: 0, reference: 'duplicate' });
         if (input.fail === 'crash') throw new Error('card network reset the connection');
         if (input.fail === 'decline') throw new TRPCError({ code: 'PAYMENT_REQUIRED', message: 'Card declined' });
         if (input.fail === 'stolen') {
@@ -72,7 +77,12 @@ function app(events: IdempotencyEvent[] = []) {
           await pgs.pool.query(`update idempotency_keys set expires_at = now() - interval '1 second' where id = $1`, [
             recordId(undefined, 'charge', input.key),
           ]);
-          await store.claim({ id: recordId(undefined, 'charge', input.key), fingerprint: 'other', token: 'thief', lockTtl: 60_000 });
+          await store.claim({
+            id: recordId(undefined, 'charge', input.key),
+            fingerprint: 'other',
+            token: 'thief',
+            lockTtl: 60_000,
+          });
         }
         return { chargeId: row!.id, amount: row!.amount };
       }),
@@ -104,7 +114,9 @@ describe('transactional mode', () => {
   it('rolls the business write back on a 5xx and releases the key; the retry writes once', async () => {
     const c = await client();
     const key = randomUUID();
-    expect((await rejectionOf(c.charge.mutate({ key, amount: 1, fail: 'crash' }, { context: { key } }))).data?.httpStatus).toBe(500);
+    expect(
+      (await rejectionOf(c.charge.mutate({ key, amount: 1, fail: 'crash' }, { context: { key } }))).data?.httpStatus,
+    ).toBe(500);
     expect(await chargesFor(key)).toBe(0);
     // the key was released, so a new attempt with it runs (this time the card network answers)
     await c.charge.mutate({ key, amount: 1, fail: 'none' }, { context: { key } });
@@ -144,7 +156,10 @@ describe('transactional mode', () => {
     expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toEqual(['fenced']);
     // the record is still the thief's live claim (its fingerprint), not the fenced holder's outcome
     const probe = { id: recordId(undefined, 'charge', key), fingerprint: 'probe', token: 'probe', lockTtl: 1_000 };
-    expect(await drizzleStore({ db: pgs.db }).claim(probe)).toMatchObject({ state: 'in_progress', fingerprint: 'other' });
+    expect(await drizzleStore({ db: pgs.db }).claim(probe)).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'other',
+    });
   });
 
   it('tells a procedure that asks for the transaction outside transactional mode what to change', async () => {
@@ -154,7 +169,9 @@ describe('transactional mode', () => {
   });
 
   it('refuses transaction: true with a store that has no transactions, when the procedure is defined', () => {
-    expect(() => createIdempotencyEngine({ store: memoryStore(), transaction: true })).toThrow(/needs a store with transactions/);
+    expect(() => createIdempotencyEngine({ store: memoryStore(), transaction: true })).toThrow(
+      /needs a store with transactions/,
+    );
     const t = initTRPC.meta<IdempotencyMeta>().create();
     expect(() =>
       withIdempotency(t.procedure, { store: memoryStore() })

@@ -2,13 +2,13 @@
  * The engine on its own, as a queue consumer or webhook handler would use it.
  */
 import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../src/index.js';
 import { redisStore } from '../src/redis.js';
-import { gate } from './helpers/trpc.js';
-import { Redis } from 'ioredis';
 import { startTcpProxy } from './helpers/proxy.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from './helpers/redis.js';
+import { gate } from './helpers/trpc.js';
 
 const redis = connectRedis();
 const prefix = uniquePrefix('engine');
@@ -115,13 +115,19 @@ describe('engine outside tRPC', () => {
         throw new Error('broken logger');
       },
     });
-    await expect(engine.run({ key: 'k', name: 'op', payload: 1 }, async () => 2)).resolves.toEqual({ value: 2, replayed: false });
+    await expect(engine.run({ key: 'k', name: 'op', payload: 1 }, async () => 2)).resolves.toEqual({
+      value: 2,
+      replayed: false,
+    });
   });
 });
 
 describe('a slow store', () => {
   it('gives back a claim that lands after the store timeout, instead of blocking the key for lockTtl', async () => {
-    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const proxy = await startTcpProxy({
+      targetPort: Number(new URL(REDIS_URL).port || 6379),
+      targetHost: new URL(REDIS_URL).hostname,
+    });
     const slowClient = new Redis({ port: proxy.port });
     await slowClient.ping();
     proxy.setDelay(400);
@@ -129,14 +135,19 @@ describe('a slow store', () => {
     const engine = createIdempotencyEngine({ store, storeTimeout: 100, lockTtl: 30_000 });
     const key = randomUUID();
     let ran = false;
-    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => (ran = true))).rejects.toMatchObject({ reason: 'store_unavailable' });
+    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => (ran = true))).rejects.toMatchObject({
+      reason: 'store_unavailable',
+    });
     expect(ran).toBe(false);
     // the claim reached Redis at once; its answer comes 400 ms late
     expect(await redis.exists(store.keyOf(`:op:${key}`))).toBe(1);
     await expect.poll(() => redis.exists(store.keyOf(`:op:${key}`)), { timeout: 3_000 }).toBe(0);
     proxy.setDelay(0);
     await sleep(500); // the release's own answer is still on its way through the proxy
-    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => 'ran')).resolves.toEqual({ value: 'ran', replayed: false });
+    await expect(engine.run({ key, name: 'op', payload: 1 }, async () => 'ran')).resolves.toEqual({
+      value: 'ran',
+      replayed: false,
+    });
     slowClient.disconnect();
     await proxy.close();
   });
@@ -152,7 +163,10 @@ describe('outcomes that cannot be replayed', () => {
         return { cents: 100n }; // JSON has no BigInt
       });
     await expect(charge()).resolves.toEqual({ value: { cents: 100n }, replayed: false });
-    await expect(charge()).rejects.toMatchObject({ reason: 'outcome_unreplayable', message: expect.stringMatching(/will not run again/) });
+    await expect(charge()).rejects.toMatchObject({
+      reason: 'outcome_unreplayable',
+      message: expect.stringMatching(/will not run again/),
+    });
     expect(charges).toBe(1);
   });
 
@@ -175,7 +189,12 @@ describe('outcomes that cannot be replayed', () => {
 describe('the claim while the operation runs', () => {
   it('maxRunTime stops renewing a hung operation, aborts its signal, and frees the key lockTtl later', async () => {
     const events: IdempotencyEvent[] = [];
-    const engine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }), lockTtl: 150, maxRunTime: 300, onEvent: (e) => events.push(e) });
+    const engine = createIdempotencyEngine({
+      store: redisStore({ client: redis, prefix }),
+      lockTtl: 150,
+      maxRunTime: 300,
+      onEvent: (e) => events.push(e),
+    });
     const input = { key: randomUUID(), name: 'hung', payload: {} };
     let runs = 0;
     let aborted = false;
@@ -197,12 +216,20 @@ describe('the claim while the operation runs', () => {
   });
 
   it('declares the claim lost when renewals fail for a whole lockTtl', async () => {
-    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const proxy = await startTcpProxy({
+      targetPort: Number(new URL(REDIS_URL).port || 6379),
+      targetHost: new URL(REDIS_URL).hostname,
+    });
     const client = new Redis({ port: proxy.port, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
     client.on('error', () => {});
     await client.ping();
     const events: IdempotencyEvent[] = [];
-    const engine = createIdempotencyEngine({ store: redisStore({ client, prefix }), lockTtl: 300, storeTimeout: 100, onEvent: (e) => events.push(e) });
+    const engine = createIdempotencyEngine({
+      store: redisStore({ client, prefix }),
+      lockTtl: 300,
+      storeTimeout: 100,
+      onEvent: (e) => events.push(e),
+    });
     const run = engine
       .run({ key: randomUUID(), name: 'cut-off', payload: {} }, ({ signal }) => {
         void proxy.close(); // Redis becomes unreachable while the operation runs
@@ -228,17 +255,29 @@ describe('the claim while the operation runs', () => {
     });
     await expect(first).resolves.toEqual({ value: 'charged', replayed: false });
     expect(sawAbort).toBe(false);
-    await expect(engine.run({ ...input, signal: undefined }, async () => 'twice')).resolves.toEqual({ value: 'charged', replayed: true });
+    await expect(engine.run({ ...input, signal: undefined }, async () => 'twice')).resolves.toEqual({
+      value: 'charged',
+      replayed: true,
+    });
   });
 
   it('in wait mode, a store failure after the holder was seen running answers 409 even when failing open', async () => {
-    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const proxy = await startTcpProxy({
+      targetPort: Number(new URL(REDIS_URL).port || 6379),
+      targetHost: new URL(REDIS_URL).hostname,
+    });
     const client = new Redis({ port: proxy.port, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
     client.on('error', () => {});
     await client.ping();
     const store = redisStore({ client, prefix });
     const holderEngine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }) });
-    const waiter = createIdempotencyEngine({ store, inFlight: 'wait', waitTimeout: 5_000, onStoreError: 'fail-open', storeTimeout: 200 });
+    const waiter = createIdempotencyEngine({
+      store,
+      inFlight: 'wait',
+      waitTimeout: 5_000,
+      onStoreError: 'fail-open',
+      storeTimeout: 200,
+    });
     const input = { key: randomUUID(), name: 'pay', payload: {} };
     const release = gate();
     let runs = 0;
@@ -262,12 +301,20 @@ describe('the claim while the operation runs', () => {
 
 describe('a completion that fails', () => {
   it('is retried in the background, so the outcome is stored and replayed rather than run again', async () => {
-    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379), targetHost: new URL(REDIS_URL).hostname });
+    const proxy = await startTcpProxy({
+      targetPort: Number(new URL(REDIS_URL).port || 6379),
+      targetHost: new URL(REDIS_URL).hostname,
+    });
     const client = new Redis({ port: proxy.port });
     await client.ping();
     const events: IdempotencyEvent[] = [];
     const store = redisStore({ client, prefix });
-    const engine = createIdempotencyEngine({ store, storeTimeout: 200, lockTtl: 10_000, onEvent: (e) => events.push(e) });
+    const engine = createIdempotencyEngine({
+      store,
+      storeTimeout: 200,
+      lockTtl: 10_000,
+      onEvent: (e) => events.push(e),
+    });
     const input = { key: randomUUID(), name: 'charge', payload: { cents: 5 } };
     let runs = 0;
     const first = await engine.run(input, async () => {
@@ -278,7 +325,9 @@ describe('a completion that fails', () => {
     expect(first).toEqual({ value: 'ch_1', replayed: false });
     expect(events.map((e) => [e.result, e.operation])).toContainEqual(['store_error', 'complete']);
     proxy.setDelay(0);
-    await expect.poll(() => events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), { timeout: 8_000 }).toBe(true);
+    await expect
+      .poll(() => events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), { timeout: 8_000 })
+      .toBe(true);
     await expect(engine.run(input, async () => 'ch_2')).resolves.toEqual({ value: 'ch_1', replayed: true });
     expect(runs).toBe(1);
     expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);

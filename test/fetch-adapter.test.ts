@@ -7,7 +7,7 @@ import { initTRPC } from '@trpc/server';
 import { type FetchCreateContextFnOptions, fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { idempotencyErrorFormatter, type IdempotencyMeta, memoryStore, withIdempotency } from '../src/index.js';
+import { type IdempotencyMeta, idempotencyErrorFormatter, memoryStore, withIdempotency } from '../src/index.js';
 
 const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
 let runs = 0;
@@ -44,7 +44,9 @@ describe('fetch adapter', () => {
     expect(missing.status).toBe(400);
     const mismatch = await call({ 'Idempotency-Key': key }, { amount: 4 });
     expect(mismatch.status).toBe(422);
-    expect(((await mismatch.json()) as { error: { data: unknown } }).error.data).toMatchObject({ idempotency: { reason: 'payload_mismatch' } });
+    expect(((await mismatch.json()) as { error: { data: unknown } }).error.data).toMatchObject({
+      idempotency: { reason: 'payload_mismatch' },
+    });
   });
 
   it('refuses Idempotency-Key sent twice (Headers joins the values with ", "): 400 key_invalid, nothing runs or is stored', async () => {
@@ -76,7 +78,9 @@ describe('fetch adapter', () => {
     for (const value of ['a,b', '"a", "b"']) {
       const refused = await call({ 'Idempotency-Key': value }, { amount: 3 });
       expect(refused.status).toBe(400);
-      expect(((await refused.json()) as { error: { data: unknown } }).error.data).toMatchObject({ idempotency: { reason: 'key_invalid' } });
+      expect(((await refused.json()) as { error: { data: unknown } }).error.data).toMatchObject({
+        idempotency: { reason: 'key_invalid' },
+      });
     }
     expect(runs).toBe(before);
   });
@@ -91,11 +95,20 @@ describe("a context of the request's headers only (create-t3-app's `createTRPCCo
       .mutation(({ input }) => ({ run: ++t3runs, amount: input.amount })),
   });
   const post = (path: string, headers: Record<string, string>, body: unknown) => {
-    const req = new Request(`http://localhost/api/trpc/${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-    return fetchRequestHandler({ endpoint: '/api/trpc', router: t3router, req, createContext: () => ({ headers: req.headers }) });
+    const req = new Request(`http://localhost/api/trpc/${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
+    return fetchRequestHandler({
+      endpoint: '/api/trpc',
+      router: t3router,
+      req,
+      createContext: () => ({ headers: req.headers }),
+    });
   };
 
-  it('recognises batches from tRPC\'s batchIndex: each call reads its own Idempotency-Key-<i>', async () => {
+  it("recognises batches from tRPC's batchIndex: each call reads its own Idempotency-Key-<i>", async () => {
     const keys = [randomUUID(), randomUUID(), randomUUID()];
     const headers = Object.fromEntries(keys.map((key, i) => [`Idempotency-Key-${i}`, key]));
     const body = { 0: { amount: 1 }, 1: { amount: 2 }, 2: { amount: 3 } };
@@ -103,7 +116,9 @@ describe("a context of the request's headers only (create-t3-app's `createTRPCCo
     expect(first.status).toBe(200);
     const firstRuns = ((await first.json()) as { result: { data: { run: number } } }[]).map((r) => r.result.data.run);
     const again = await post('pay,pay,pay?batch=1', headers, body);
-    expect(((await again.json()) as { result: { data: { run: number } } }[]).map((r) => r.result.data.run)).toEqual(firstRuns);
+    expect(((await again.json()) as { result: { data: { run: number } } }[]).map((r) => r.result.data.run)).toEqual(
+      firstRuns,
+    );
     expect(t3runs).toBe(3);
     // a single call reads the plain header
     const key = randomUUID();
@@ -115,11 +130,19 @@ describe("a context of the request's headers only (create-t3-app's `createTRPCCo
 
   it('a batch call without its indexed key gets 400 naming the header to send; call 0 with two different keys too', async () => {
     const before = t3runs;
-    const missing = await post('pay,pay?batch=1', { 'Idempotency-Key': randomUUID() }, { 0: { amount: 1 }, 1: { amount: 2 } });
+    const missing = await post(
+      'pay,pay?batch=1',
+      { 'Idempotency-Key': randomUUID() },
+      { 0: { amount: 1 }, 1: { amount: 2 } },
+    );
     const [zero, one] = (await missing.json()) as [{ result?: unknown }, { error: { message: string } }];
     expect(zero.result).toBeDefined();
     expect(one.error.message).toMatch(/This call is #1 of a batch: send Idempotency-Key-1/);
-    const twoKeys = await post('pay,pay?batch=1', { 'Idempotency-Key': 'a', 'Idempotency-Key-0': 'b', 'Idempotency-Key-1': randomUUID() }, { 0: { amount: 1 }, 1: { amount: 2 } });
+    const twoKeys = await post(
+      'pay,pay?batch=1',
+      { 'Idempotency-Key': 'a', 'Idempotency-Key-0': 'b', 'Idempotency-Key-1': randomUUID() },
+      { 0: { amount: 1 }, 1: { amount: 2 } },
+    );
     const [first] = (await twoKeys.json()) as [{ error: { message: string } }];
     expect(first.error.message).toMatch(/two different keys, in Idempotency-Key and Idempotency-Key-0/);
     expect(t3runs).toBe(before + 2); // call 0 of the first batch, call 1 of the second

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { IdempotencyError } from '../src/index.js';
 import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../src/core.js';
+import { IdempotencyError } from '../src/index.js';
 
 describe('fingerprint', () => {
   it('is a SHA-256 in base64url, independent of key order at any depth', () => {
@@ -17,8 +17,24 @@ describe('fingerprint', () => {
 
   it('removes excluded fields at any depth, in objects, arrays and maps', () => {
     const exclude = new Set(['ts', 'nonce']);
-    const one = { amount: 1, ts: 1, items: [{ id: 'a', nonce: 'x' }], meta: new Map([['ts', 1], ['k', 2]]) };
-    const two = { amount: 1, ts: 2, items: [{ id: 'a', nonce: 'y' }], meta: new Map([['ts', 9], ['k', 2]]) };
+    const one = {
+      amount: 1,
+      ts: 1,
+      items: [{ id: 'a', nonce: 'x' }],
+      meta: new Map([
+        ['ts', 1],
+        ['k', 2],
+      ]),
+    };
+    const two = {
+      amount: 1,
+      ts: 2,
+      items: [{ id: 'a', nonce: 'y' }],
+      meta: new Map([
+        ['ts', 9],
+        ['k', 2],
+      ]),
+    };
     expect(fingerprint('p', one, exclude)).toBe(fingerprint('p', two, exclude));
     expect(fingerprint('p', one)).not.toBe(fingerprint('p', two));
     expect(fingerprint('p', { ...one, amount: 2 }, exclude)).not.toBe(fingerprint('p', one, exclude));
@@ -50,7 +66,21 @@ describe('fingerprint', () => {
     const encoded = distinct.map((v) => canonicalize(v));
     expect(new Set(encoded).size).toBe(distinct.length);
     expect(canonicalize(new Set([3, 1, 2]))).toBe(canonicalize(new Set([2, 3, 1])));
-    expect(canonicalize(new Map([['b', 1], ['a', 2]]))).toBe(canonicalize(new Map([['a', 2], ['b', 1]])));
+    expect(
+      canonicalize(
+        new Map([
+          ['b', 1],
+          ['a', 2],
+        ]),
+      ),
+    ).toBe(
+      canonicalize(
+        new Map([
+          ['a', 2],
+          ['b', 1],
+        ]),
+      ),
+    );
     expect(canonicalize(new Date('2026-01-01T00:00:00Z'))).toBe(canonicalize(new Date(1767225600000)));
     // an undefined property is absent, as on the JSON wire
     expect(canonicalize({ a: 1, b: undefined })).toBe(canonicalize({ a: 1 }));
@@ -64,7 +94,7 @@ describe('fingerprint', () => {
     expect(withExcluded).toBe('{"constructor":{}}');
     expect(canonicalize(hostile)).toContain('"__proto__":{"polluted":t}');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
-    expect(Object.prototype.hasOwnProperty.call(Object.prototype, 'polluted')).toBe(false);
+    expect(Object.hasOwn(Object.prototype, 'polluted')).toBe(false);
   });
 
   it('refuses cycles and excessive depth with a clear error instead of overflowing the stack', () => {

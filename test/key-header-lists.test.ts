@@ -8,13 +8,20 @@
  * is a list and is refused with 400 `key_invalid`; a key that really contains
  * a comma is sent as a quoted Structured Field string (`"a,b"`).
  */
-import { createServer } from 'node:http';
+
 import { randomUUID } from 'node:crypto';
-import { initTRPC, type AnyTRPCRouter } from '@trpc/server';
+import { createServer } from 'node:http';
+import { type AnyTRPCRouter, initTRPC } from '@trpc/server';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type IdempotencyEvent, idempotencyErrorFormatter, type IdempotencyMeta, memoryStore, withIdempotency } from '../src/index.js';
+import {
+  type IdempotencyEvent,
+  type IdempotencyMeta,
+  idempotencyErrorFormatter,
+  memoryStore,
+  withIdempotency,
+} from '../src/index.js';
 import { type RawHeader, rawRequest, sendRaw } from './helpers/raw-http.js';
 import { listen, startServer, type TestServer } from './helpers/trpc.js';
 
@@ -35,7 +42,11 @@ async function startFetchServer(router: AnyTRPCRouter): Promise<TestServer> {
     const response = await fetchRequestHandler({
       endpoint: '',
       router,
-      req: new Request(`http://127.0.0.1${req.url}`, { method: req.method, headers, ...(hasBody ? { body: Buffer.concat(chunks) } : {}) }),
+      req: new Request(`http://127.0.0.1${req.url}`, {
+        method: req.method,
+        headers,
+        ...(hasBody ? { body: Buffer.concat(chunks) } : {}),
+      }),
       createContext: ({ req: request, resHeaders }) => ({ req: request, resHeaders }),
     });
     res.writeHead(response.status, Object.fromEntries(response.headers));
@@ -60,7 +71,9 @@ describe.each([
   const events: IdempotencyEvent[] = [];
   const idempotent = withIdempotency(t.procedure, { store: memoryStore(), onEvent: (e) => events.push(e) });
   const router = t.router({
-    pay: idempotent.input(z.object({ amount: z.number() })).mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
+    pay: idempotent
+      .input(z.object({ amount: z.number() }))
+      .mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
     ping: idempotent.mutation(() => ({ run: ++runs, amount: 0 })),
   });
   let server: TestServer;
@@ -124,14 +137,17 @@ describe.each([
     expect(runs).toBe(before);
   });
 
-  it.each(['a,b', 'a, b', 'order-17,', ',x'])('refuses the unquoted value %j, saying how to send a key with a comma', async (value) => {
-    const before = runs;
-    const answer = await pay([['Idempotency-Key', value]]);
-    expect(answer).toMatchObject({ status: 400, reason: 'key_invalid' });
-    expect(answer.message).toMatch(/comma/);
-    expect(answer.message).toMatch(/quoted string/);
-    expect(runs).toBe(before);
-  });
+  it.each(['a,b', 'a, b', 'order-17,', ',x'])(
+    'refuses the unquoted value %j, saying how to send a key with a comma',
+    async (value) => {
+      const before = runs;
+      const answer = await pay([['Idempotency-Key', value]]);
+      expect(answer).toMatchObject({ status: 400, reason: 'key_invalid' });
+      expect(answer.message).toMatch(/comma/);
+      expect(answer.message).toMatch(/quoted string/);
+      expect(runs).toBe(before);
+    },
+  );
 
   it('accepts a key with a comma sent as a quoted string, and replays it', async () => {
     const before = runs;
@@ -165,7 +181,10 @@ describe.each([
         body: '{}',
       }),
     );
-    const calls = JSON.parse(response.body) as { result?: unknown; error?: { message: string; data: { idempotency?: { reason: string } } } }[];
+    const calls = JSON.parse(response.body) as {
+      result?: unknown;
+      error?: { message: string; data: { idempotency?: { reason: string } } };
+    }[];
     expect(calls[0]!.result).toBeDefined();
     expect(calls[1]!.error?.data.idempotency?.reason).toBe('key_invalid');
     expect(calls[1]!.error?.message).toMatch(/Idempotency-Key-1/);

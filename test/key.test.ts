@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { IdempotencyError } from '../src/index.js';
 import { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from '../src/core.js';
+import { IdempotencyError } from '../src/index.js';
 
 describe('parseIdempotencyKey', () => {
   it('accepts 1 to 255 printable ASCII characters as they are', () => {

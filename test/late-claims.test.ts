@@ -65,46 +65,57 @@ describe('a claim that reaches Redis after its caller gave up', () => {
     ['on another instance', false, true],
     // its claim carries no deadline: it takes the key, is given back, and the holder's completion, refused meanwhile, is tried again
     ['on another instance that never had an answer from Redis before', false, false],
-  ])('%s never takes the key from a holder whose completion follows it: one execution, the retry replays', async (_label, sameInstance, warm) => {
-    const holderPipe = await holdingPipe();
-    const retryPipe = sameInstance ? holderPipe : await holdingPipe();
-    const events: IdempotencyEvent[] = [];
-    const options = { lockTtl: 30_000, storeTimeout: STORE_TIMEOUT, onEvent: (e: IdempotencyEvent) => events.push(e) };
-    const holderStore = redisStore({ client: client(holderPipe.port), prefix });
-    const holder = createIdempotencyEngine({ store: holderStore, ...options });
-    const other = sameInstance ? holder : createIdempotencyEngine({ store: redisStore({ client: client(retryPipe.port), prefix }), ...options });
-    // engines that have had a claim answered know Redis's clock
-    await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
-    if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+  ])(
+    '%s never takes the key from a holder whose completion follows it: one execution, the retry replays',
+    async (_label, sameInstance, warm) => {
+      const holderPipe = await holdingPipe();
+      const retryPipe = sameInstance ? holderPipe : await holdingPipe();
+      const events: IdempotencyEvent[] = [];
+      const options = {
+        lockTtl: 30_000,
+        storeTimeout: STORE_TIMEOUT,
+        onEvent: (e: IdempotencyEvent) => events.push(e),
+      };
+      const holderStore = redisStore({ client: client(holderPipe.port), prefix });
+      const holder = createIdempotencyEngine({ store: holderStore, ...options });
+      const other = sameInstance
+        ? holder
+        : createIdempotencyEngine({ store: redisStore({ client: client(retryPipe.port), prefix }), ...options });
+      // engines that have had a claim answered know Redis's clock
+      await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+      if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
 
-    const input = { key: randomUUID(), name: 'pay', payload: { amount: 5 } };
-    let runs = 0;
-    const charging = gate();
-    const first = holder.run(input, async () => {
-      runs++;
-      await charging.opened;
-      return `charge-${runs}`;
-    });
-    await expect.poll(() => runs).toBe(1);
+      const input = { key: randomUUID(), name: 'pay', payload: { amount: 5 } };
+      let runs = 0;
+      const charging = gate();
+      const first = holder.run(input, async () => {
+        runs++;
+        await charging.opened;
+        return `charge-${runs}`;
+      });
+      await expect.poll(() => runs).toBe(1);
 
-    // Redis goes away: requests wait (ioredis queues them), and it comes back empty.
-    holderPipe.hold();
-    retryPipe.hold();
-    // the client retries meanwhile: refused after the store timeout, its claim still queued
-    await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({ reason: 'store_unavailable' });
-    charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
-    await sleep(20);
-    await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
-    retryPipe.release(); // the late claim lands first...
-    holderPipe.release(); // ...then the holder's completion, still awaited
+      // Redis goes away: requests wait (ioredis queues them), and it comes back empty.
+      holderPipe.hold();
+      retryPipe.hold();
+      // the client retries meanwhile: refused after the store timeout, its claim still queued
+      await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({
+        reason: 'store_unavailable',
+      });
+      charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
+      await sleep(20);
+      await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
+      retryPipe.release(); // the late claim lands first...
+      holderPipe.release(); // ...then the holder's completion, still awaited
 
-    expect(await first).toEqual({ value: 'charge-1', replayed: false });
-    await sleep(300); // the late claim's give-back, if there is one, has happened
-    expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
-    expect(runs).toBe(1);
-    expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
-    expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
-  });
+      expect(await first).toEqual({ value: 'charge-1', replayed: false });
+      await sleep(300); // the late claim's give-back, if there is one, has happened
+      expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
+      expect(runs).toBe(1);
+      expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
+      expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+    },
+  );
 });
 
 describe('a claim that ioredis sends twice', () => {

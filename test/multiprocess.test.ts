@@ -26,14 +26,19 @@ afterAll(async () => {
 /** The pods that ran `key`, in order. */
 async function runsOf(key: string): Promise<string[]> {
   const lines = await redis.lrange(env.LOG_KEY, 0, -1);
-  return lines.map((line) => line.split(' ')).filter(([kind, , k]) => kind === 'run' && k === key).map(([, pod]) => pod!);
+  return lines
+    .map((line) => line.split(' '))
+    .filter(([kind, , k]) => kind === 'run' && k === key)
+    .map(([, pod]) => pod!);
 }
 
 describe('two processes sharing Redis', () => {
   it('200 concurrent calls with one key, over both processes: exactly one execution, repeated over 10 keys', async () => {
     for (let round = 0; round < 10; round++) {
       const key = randomUUID();
-      const results = await Promise.all(Array.from({ length: 200 }, (_, i) => pay(pods[i % 2]!.url, key, { amount: 100, holdMs: 50 })));
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, i) => pay(pods[i % 2]!.url, key, { amount: 100, holdMs: 50 })),
+      );
       expect(await runsOf(key)).toHaveLength(1);
       const ok = results.filter((r) => r.status === 200);
       const conflicts = results.filter((r) => r.status === 409);
@@ -41,7 +46,10 @@ describe('two processes sharing Redis', () => {
       expect(ok.length).toBeGreaterThanOrEqual(1);
       expect(new Set(ok.map((r) => r.chargeId)).size).toBe(1);
       // after the dust settles, both pods replay the one outcome
-      const [fromA, fromB] = await Promise.all([pay(pods[0]!.url, key, { amount: 100, holdMs: 50 }), pay(pods[1]!.url, key, { amount: 100, holdMs: 50 })]);
+      const [fromA, fromB] = await Promise.all([
+        pay(pods[0]!.url, key, { amount: 100, holdMs: 50 }),
+        pay(pods[1]!.url, key, { amount: 100, holdMs: 50 }),
+      ]);
       expect([fromA.chargeId, fromB.chargeId]).toEqual([ok[0]!.chargeId, ok[0]!.chargeId]);
       expect([fromA.replayed, fromB.replayed]).toEqual([true, true]);
     }
@@ -62,6 +70,9 @@ describe('two processes sharing Redis', () => {
     expect(retry).toMatchObject({ status: 200, replayed: false });
     expect(await runsOf(key)).toEqual(['victim', 'b']);
     // and from then on, it replays on every pod
-    expect(await pay(pods[0]!.url, key, { amount: 700, holdMs: 10 })).toMatchObject({ replayed: true, chargeId: retry.chargeId });
+    expect(await pay(pods[0]!.url, key, { amount: 700, holdMs: 10 })).toMatchObject({
+      replayed: true,
+      chargeId: retry.chargeId,
+    });
   });
 });

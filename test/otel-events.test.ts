@@ -90,7 +90,11 @@ describe('replayed events carry the size of the replay', () => {
     const input = { key: randomUUID(), name: 'big', payload: {} };
     await engine.run(input, async () => ({ id: 1n })); // JSON cannot store a BigInt
     await expect(engine.run(input, async () => ({ id: 2n }))).rejects.toMatchObject({ reason: 'outcome_unreplayable' });
-    expect(events.find((e) => e.result === 'replayed')).toMatchObject({ bytes: 0, reason: 'unreplayable', state: 'failed' });
+    expect(events.find((e) => e.result === 'replayed')).toMatchObject({
+      bytes: 0,
+      reason: 'unreplayable',
+      state: 'failed',
+    });
   });
 });
 
@@ -102,7 +106,10 @@ describe('renewed events', () => {
 
     events.length = 0;
     // Renewed every lockTtl / 3 = 40 ms for 300 ms.
-    await engine.run({ key: randomUUID(), name: 'slow', payload: {} }, () => new Promise((resolve) => setTimeout(() => resolve('ok'), 300)));
+    await engine.run(
+      { key: randomUUID(), name: 'slow', payload: {} },
+      () => new Promise((resolve) => setTimeout(() => resolve('ok'), 300)),
+    );
     const renewed = events.filter((e) => e.result === 'renewed');
     expect(renewed.length).toBeGreaterThanOrEqual(4);
     expect(renewed.length).toBeLessThanOrEqual(8);

@@ -12,7 +12,7 @@ import { initTRPC } from '@trpc/server';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import { expect, it } from 'vitest';
 import { z } from 'zod';
-import { idempotencyErrorFormatter, type IdempotencyMeta, memoryStore, withIdempotency } from '../src/index.js';
+import { type IdempotencyMeta, idempotencyErrorFormatter, memoryStore, withIdempotency } from '../src/index.js';
 import { openTelemetry } from '../src/otel.js';
 import { createClient, rejectionOf } from './helpers/trpc.js';
 
@@ -23,7 +23,8 @@ function samples(text: string, name: string): { labels: Record<string, string>; 
     const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (match === null || match[1] !== name) continue;
     const labels: Record<string, string> = {};
-    for (const [, key, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[key!] = value!;
+    for (const [, key, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[key!] = value!;
     out.push({ labels, value: Number(match[3]) });
   }
   return out;
@@ -40,7 +41,9 @@ it('serves the idempotency metrics on /metrics in the Prometheus text format', a
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
   const idempotent = withIdempotency(t.procedure, { store: memoryStore(), onEvent: openTelemetry({ meterProvider }) });
   const router = t.router({
-    pay: idempotent.input(z.object({ amount: z.number() })).mutation(({ input }) => ({ id: randomUUID(), amount: input.amount })),
+    pay: idempotent
+      .input(z.object({ amount: z.number() }))
+      .mutation(({ input }) => ({ id: randomUUID(), amount: input.amount })),
   });
   const trpc = createHTTPHandler({ router, createContext: ({ req, res }) => ({ req, res }), basePath: '/trpc/' });
   const server = createServer((req, res) => {
@@ -71,10 +74,34 @@ it('serves the idempotency metrics on /metrics in the Prometheus text format', a
       ['replayed', 1],
     ]);
     for (const s of checks) {
-      expect(s.labels).toMatchObject({ idempotency_procedure: 'pay', idempotency_store_name: 'memory', otel_scope_name: 'trpc-idempotency' });
+      expect(s.labels).toMatchObject({
+        idempotency_procedure: 'pay',
+        idempotency_store_name: 'memory',
+        otel_scope_name: 'trpc-idempotency',
+      });
     }
-    const buckets = samples(text, 'idempotency_check_duration_bucket').filter((s) => s.labels.idempotency_result === 'acquired');
-    expect(buckets.map((s) => s.labels.le)).toEqual(['0.0001', '0.00025', '0.0005', '0.001', '0.0025', '0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '0.5', '1', '2.5', '5', '10', '+Inf']);
+    const buckets = samples(text, 'idempotency_check_duration_bucket').filter(
+      (s) => s.labels.idempotency_result === 'acquired',
+    );
+    expect(buckets.map((s) => s.labels.le)).toEqual([
+      '0.0001',
+      '0.00025',
+      '0.0005',
+      '0.001',
+      '0.0025',
+      '0.005',
+      '0.01',
+      '0.025',
+      '0.05',
+      '0.1',
+      '0.25',
+      '0.5',
+      '1',
+      '2.5',
+      '5',
+      '10',
+      '+Inf',
+    ]);
     expect(buckets.at(-1)!.value).toBe(1);
     expect(samples(text, 'idempotency_check_duration_count').reduce((n, s) => n + s.value, 0)).toBe(3);
     expect(samples(text, 'idempotency_replay_bytes_total')[0]!.value).toBeGreaterThan(0);

@@ -14,31 +14,38 @@ import {
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
-  trace,
   type Tracer,
+  trace,
 } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, type MetricData } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { MeterProvider, type MetricData, MetricReader } from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 import { initTRPC } from '@trpc/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   createIdempotencyEngine,
   IdempotencyConfigError,
-  idempotencyErrorFormatter,
   type IdempotencyEvent,
   type IdempotencyMeta,
   type IdempotencyStore,
+  idempotencyErrorFormatter,
   memoryStore,
   withIdempotency,
 } from '../src/index.js';
-import { CHECK_DURATION_BUCKETS, openTelemetry, type OpenTelemetryOptions } from '../src/otel.js';
+import { CHECK_DURATION_BUCKETS, type OpenTelemetryOptions, openTelemetry } from '../src/otel.js';
 import { redisStore } from '../src/redis.js';
+import { until } from './helpers/client.js';
 import { connectRedis, deadRedis, deleteByPrefix, uniquePrefix } from './helpers/redis.js';
 import { createClient, gate, rejectionOf, startServer } from './helpers/trpc.js';
-import { until } from './helpers/client.js';
 
-const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /** What an HTTP instrumentation does: the request's span is active while the procedure runs. */
 class AsyncLocalStorageContextManager implements ContextManager {
@@ -46,7 +53,12 @@ class AsyncLocalStorageContextManager implements ContextManager {
   active(): Context {
     return this.storage.getStore() ?? ROOT_CONTEXT;
   }
-  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(
+    ctx: Context,
+    fn: F,
+    thisArg?: ThisParameterType<F>,
+    ...args: A
+  ): ReturnType<F> {
     return this.storage.run(ctx, () => fn.apply(thisArg, args));
   }
   bind<T>(ctx: Context, target: T): T {
@@ -130,7 +142,12 @@ const hrMs = ([s, ns]: [number, number]) => s * 1_000 + ns / 1e6;
  * openTelemetry. A first middleware opens a request span, as an HTTP
  * instrumentation would, so the check span has a parent.
  */
-async function startApp(options: { store?: IdempotencyStore; telemetry: OpenTelemetryOptions; requestTracer?: Tracer; storeTimeout?: number }) {
+async function startApp(options: {
+  store?: IdempotencyStore;
+  telemetry: OpenTelemetryOptions;
+  requestTracer?: Tracer;
+  storeTimeout?: number;
+}) {
   const events: IdempotencyEvent[] = [];
   const userOnEvent = options.telemetry.onEvent;
   const onEvent = openTelemetry({
@@ -140,7 +157,10 @@ async function startApp(options: { store?: IdempotencyStore; telemetry: OpenTele
       userOnEvent?.(e);
     },
   });
-  const t = initTRPC.context<{ user: string }>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+  const t = initTRPC
+    .context<{ user: string }>()
+    .meta<IdempotencyMeta>()
+    .create({ errorFormatter: idempotencyErrorFormatter });
   const requestSpans: { path: string; spanId: string; traceId: string }[] = [];
   const traced = t.procedure.use(({ path, next }) => {
     if (options.requestTracer === undefined) return next();
@@ -163,14 +183,22 @@ async function startApp(options: { store?: IdempotencyStore; telemetry: OpenTele
   hold.open();
   let running = 0;
   const router = t.router({
-    pay: idempotent.input(z.object({ amount: z.number(), card: z.string() })).mutation(({ input }) => ({ charged: input.amount, note: 'reçu €' })),
+    pay: idempotent
+      .input(z.object({ amount: z.number(), card: z.string() }))
+      .mutation(({ input }) => ({ charged: input.amount, note: 'reçu €' })),
     slow: idempotent.input(z.object({ n: z.number() })).mutation(async ({ input }) => {
       running++;
       await hold.opened;
       return { n: input.n };
     }),
-    optional: idempotent.meta({ idempotency: { required: false } }).input(z.object({ n: z.number() })).mutation(({ input }) => input.n),
-    openOnFailure: idempotent.meta({ idempotency: { onStoreError: 'fail-open' } }).input(z.object({ n: z.number() })).mutation(({ input }) => input.n),
+    optional: idempotent
+      .meta({ idempotency: { required: false } })
+      .input(z.object({ n: z.number() }))
+      .mutation(({ input }) => input.n),
+    openOnFailure: idempotent
+      .meta({ idempotency: { onStoreError: 'fail-open' } })
+      .input(z.object({ n: z.number() }))
+      .mutation(({ input }) => input.n),
   });
   const server = await startServer(router, ({ req }) => ({ user: String(req.headers['x-user'] ?? 'anonymous') }));
   return {
@@ -190,7 +218,9 @@ async function startApp(options: { store?: IdempotencyStore; telemetry: OpenTele
 describe('openTelemetry: metrics', () => {
   it('counts every check by result, procedure and store, and times those that reached the store', async () => {
     const otel = sdk();
-    const app = await startApp({ telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider } });
+    const app = await startApp({
+      telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider },
+    });
     const { client } = app;
     try {
       const key = randomUUID();
@@ -213,13 +243,32 @@ describe('openTelemetry: metrics', () => {
       const all = await otel.metrics();
       const checks = metric(all, 'idempotency.checks');
       expect(checks?.descriptor).toMatchObject({ unit: '{check}', type: 'COUNTER' });
-      const count = (where: Record<string, string>) => total(all, 'idempotency.checks', { 'idempotency.store.name': 'memory', ...where });
+      const count = (where: Record<string, string>) =>
+        total(all, 'idempotency.checks', { 'idempotency.store.name': 'memory', ...where });
       expect(count({ 'idempotency.procedure': 'pay', 'idempotency.result': 'acquired' })).toBe(1);
       expect(count({ 'idempotency.procedure': 'pay', 'idempotency.result': 'replayed' })).toBe(1);
       expect(count({ 'idempotency.procedure': 'pay', 'idempotency.result': 'mismatch' })).toBe(1);
-      expect(count({ 'idempotency.procedure': 'pay', 'idempotency.result': 'rejected', 'idempotency.reason': 'key_missing' })).toBe(1);
-      expect(count({ 'idempotency.procedure': 'pay', 'idempotency.result': 'rejected', 'idempotency.reason': 'key_invalid' })).toBe(1);
-      expect(count({ 'idempotency.procedure': 'optional', 'idempotency.result': 'unprotected', 'idempotency.reason': 'no_key' })).toBe(1);
+      expect(
+        count({
+          'idempotency.procedure': 'pay',
+          'idempotency.result': 'rejected',
+          'idempotency.reason': 'key_missing',
+        }),
+      ).toBe(1);
+      expect(
+        count({
+          'idempotency.procedure': 'pay',
+          'idempotency.result': 'rejected',
+          'idempotency.reason': 'key_invalid',
+        }),
+      ).toBe(1);
+      expect(
+        count({
+          'idempotency.procedure': 'optional',
+          'idempotency.result': 'unprotected',
+          'idempotency.reason': 'no_key',
+        }),
+      ).toBe(1);
       expect(count({ 'idempotency.procedure': 'slow', 'idempotency.result': 'acquired' })).toBe(1);
       expect(count({ 'idempotency.procedure': 'slow', 'idempotency.result': 'in_progress' })).toBe(1);
       expect(total(all, 'idempotency.checks')).toBe(8); // nothing else: completions are not checks
@@ -231,14 +280,22 @@ describe('openTelemetry: metrics', () => {
         attributes: Record<string, unknown>;
         value: { count: number; sum: number; buckets: { boundaries: number[] } };
       }[];
-      expect(histograms.map((p) => p.attributes['idempotency.result']).sort()).toEqual(['acquired', 'acquired', 'in_progress', 'mismatch', 'replayed']);
+      expect(histograms.map((p) => p.attributes['idempotency.result']).sort()).toEqual([
+        'acquired',
+        'acquired',
+        'in_progress',
+        'mismatch',
+        'replayed',
+      ]);
       expect(histograms.reduce((n, p) => n + p.value.count, 0)).toBe(5);
       for (const p of histograms) {
         expect(p.value.buckets.boundaries).toEqual([...CHECK_DURATION_BUCKETS]);
         expect(p.value.sum).toBeGreaterThan(0);
         expect(p.value.sum).toBeLessThan(1); // seconds, not milliseconds
       }
-      const checkEvents = app.events.filter((e) => ['acquired', 'replayed', 'mismatch', 'in_progress'].includes(e.result));
+      const checkEvents = app.events.filter((e) =>
+        ['acquired', 'replayed', 'mismatch', 'in_progress'].includes(e.result),
+      );
       const eventSeconds = checkEvents.reduce((s, e) => s + e.durationMs / 1_000, 0);
       expect(histograms.reduce((s, p) => s + p.value.sum, 0)).toBeCloseTo(eventSeconds, 9);
 
@@ -246,14 +303,18 @@ describe('openTelemetry: metrics', () => {
       const replayed = app.events.find((e) => e.result === 'replayed')!;
       expect(replayed.bytes).toBeGreaterThanOrEqual(Buffer.byteLength(JSON.stringify({ charged: 10, note: 'reçu €' })));
       expect(metric(all, 'idempotency.replay.bytes')?.descriptor.unit).toBe('By');
-      expect(total(all, 'idempotency.replay.bytes', { 'idempotency.procedure': 'pay', 'idempotency.store.name': 'memory' })).toBe(replayed.bytes);
+      expect(
+        total(all, 'idempotency.replay.bytes', { 'idempotency.procedure': 'pay', 'idempotency.store.name': 'memory' }),
+      ).toBe(replayed.bytes);
 
       // No store trouble here.
       expect(total(all, 'idempotency.store.errors')).toBe(0);
       expect(total(all, 'idempotency.lease.lost')).toBe(0);
 
       // The instrumentation scope is the package, at its version.
-      expect(new Set(all.map((m) => `${m.scope.name}@${m.scope.version}`))).toEqual(new Set([`trpc-idempotency@${PACKAGE_VERSION}`]));
+      expect(new Set(all.map((m) => `${m.scope.name}@${m.scope.version}`))).toEqual(
+        new Set([`trpc-idempotency@${PACKAGE_VERSION}`]),
+      );
     } finally {
       await app.server.close();
     }
@@ -268,7 +329,9 @@ describe('openTelemetry: metrics', () => {
       telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider },
     });
     try {
-      const closed = await rejectionOf(app.client.pay.mutate({ amount: 1, card: '4242' }, { context: { key: randomUUID() } }));
+      const closed = await rejectionOf(
+        app.client.pay.mutate({ amount: 1, card: '4242' }, { context: { key: randomUUID() } }),
+      );
       expect(closed.data?.httpStatus).toBe(503);
       expect(await app.client.openOnFailure.mutate({ n: 7 }, { context: { key: randomUUID() } })).toBe(7);
 
@@ -277,7 +340,13 @@ describe('openTelemetry: metrics', () => {
       expect(errorEvents).toHaveLength(2);
       for (const procedure of ['pay', 'openOnFailure']) {
         expect(total(all, 'idempotency.checks', { 'idempotency.procedure': procedure })).toBe(1);
-        expect(total(all, 'idempotency.checks', { 'idempotency.procedure': procedure, 'idempotency.result': 'store_error', 'idempotency.store.name': 'redis' })).toBe(1);
+        expect(
+          total(all, 'idempotency.checks', {
+            'idempotency.procedure': procedure,
+            'idempotency.result': 'store_error',
+            'idempotency.store.name': 'redis',
+          }),
+        ).toBe(1);
         const errors = pointsOf(all, 'idempotency.store.errors', { 'idempotency.procedure': procedure });
         expect(errors).toHaveLength(1);
         expect(errors[0]!.value).toBe(1);
@@ -296,7 +365,11 @@ describe('openTelemetry: metrics', () => {
       for (const span of spans) {
         expect(span.status.code).toBe(SpanStatusCode.ERROR);
         expect(span.status.message).toBe(errorEvents.find((e) => span.name.endsWith(e.name))!.error!.message);
-        expect(span.attributes).toMatchObject({ 'idempotency.result': 'store_error', 'idempotency.store.operation': 'claim', 'idempotency.store.name': 'redis' });
+        expect(span.attributes).toMatchObject({
+          'idempotency.result': 'store_error',
+          'idempotency.store.operation': 'claim',
+          'idempotency.store.name': 'redis',
+        });
         expect(span.attributes['error.type']).toEqual(expect.any(String));
       }
     } finally {
@@ -314,11 +387,18 @@ describe('openTelemetry: metrics', () => {
     const engine = createIdempotencyEngine({
       store,
       lockTtl: 150,
-      onEvent: openTelemetry({ meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider, onEvent: (e) => events.push(e) }),
+      onEvent: openTelemetry({
+        meterProvider: otel.meterProvider,
+        tracerProvider: otel.tracerProvider,
+        onEvent: (e) => events.push(e),
+      }),
     });
     try {
       // Runs past several renewals (every 50 ms), then finishes.
-      await engine.run({ key: randomUUID(), name: 'report', payload: {} }, () => new Promise((resolve) => setTimeout(() => resolve('done'), 400)));
+      await engine.run(
+        { key: randomUUID(), name: 'report', payload: {} },
+        () => new Promise((resolve) => setTimeout(() => resolve('done'), 400)),
+      );
       // The record disappears while the operation runs: the next renewal finds the claim gone.
       const key = randomUUID();
       await engine.run({ key, name: 'transfer', payload: {} }, async ({ signal }) => {
@@ -331,10 +411,19 @@ describe('openTelemetry: metrics', () => {
       const renewals = events.filter((e) => e.result === 'renewed' && e.name === 'report').length;
       expect(renewals).toBeGreaterThanOrEqual(3);
       expect(metric(all, 'idempotency.lease.renewed')?.descriptor.unit).toBe('{renewal}');
-      expect(total(all, 'idempotency.lease.renewed', { 'idempotency.procedure': 'report', 'idempotency.store.name': 'redis' })).toBe(renewals);
+      expect(
+        total(all, 'idempotency.lease.renewed', {
+          'idempotency.procedure': 'report',
+          'idempotency.store.name': 'redis',
+        }),
+      ).toBe(renewals);
       expect(pointsOf(all, 'idempotency.lease.lost')).toEqual([
         expect.objectContaining({
-          attributes: { 'idempotency.procedure': 'transfer', 'idempotency.store.name': 'redis', 'idempotency.reason': 'fenced' },
+          attributes: {
+            'idempotency.procedure': 'transfer',
+            'idempotency.store.name': 'redis',
+            'idempotency.reason': 'fenced',
+          },
           value: 1,
         }),
       ]);
@@ -348,7 +437,11 @@ describe('openTelemetry: metrics', () => {
   it('counts a lost claim once (the lease saw it, then the completion was refused), and evictions of a bounded store', async () => {
     const otel = sdk();
     const events: IdempotencyEvent[] = [];
-    const onEvent = openTelemetry({ meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider, onEvent: (e) => events.push(e) });
+    const onEvent = openTelemetry({
+      meterProvider: otel.meterProvider,
+      tracerProvider: otel.tracerProvider,
+      onEvent: (e) => events.push(e),
+    });
     let time = 1_000_000;
     const store = memoryStore({ maxEntries: 2, now: () => time });
     const holder = createIdempotencyEngine({ store, lockTtl: 300, onEvent });
@@ -371,13 +464,18 @@ describe('openTelemetry: metrics', () => {
     await holder.run({ key: randomUUID(), name: 'refund', payload: {} }, async () => 1);
     await holder.run({ key: randomUUID(), name: 'refund', payload: {} }, async () => 2);
     const evicted = events.filter((e) => e.result === 'evicted');
-    expect(evicted).toEqual([expect.objectContaining({ name: 'transfer', store: 'memory', keyHash: events[0]!.keyHash })]);
+    expect(evicted).toEqual([
+      expect.objectContaining({ name: 'transfer', store: 'memory', keyHash: events[0]!.keyHash }),
+    ]);
 
     const all = await otel.metrics();
     expect(total(all, 'idempotency.lease.lost', { 'idempotency.reason': 'fenced' })).toBe(1);
     expect(metric(all, 'idempotency.store.evictions')?.descriptor.unit).toBe('{record}');
     expect(pointsOf(all, 'idempotency.store.evictions')).toEqual([
-      expect.objectContaining({ attributes: { 'idempotency.procedure': 'transfer', 'idempotency.store.name': 'memory' }, value: 1 }),
+      expect.objectContaining({
+        attributes: { 'idempotency.procedure': 'transfer', 'idempotency.store.name': 'memory' },
+        value: 1,
+      }),
     ]);
     store.close();
   });
@@ -386,7 +484,10 @@ describe('openTelemetry: metrics', () => {
     const handler = openTelemetry();
     const engine = createIdempotencyEngine({ store: memoryStore(), onEvent: handler });
     // No SDK: the API's no-op meter and tracer; the request is unaffected.
-    await expect(engine.run({ key: randomUUID(), name: 'early', payload: {} }, async () => 'ok')).resolves.toEqual({ value: 'ok', replayed: false });
+    await expect(engine.run({ key: randomUUID(), name: 'early', payload: {} }, async () => 'ok')).resolves.toEqual({
+      value: 'ok',
+      replayed: false,
+    });
 
     const otel = sdk();
     expect(metrics.setGlobalMeterProvider(otel.meterProvider)).toBe(true);
@@ -394,9 +495,13 @@ describe('openTelemetry: metrics', () => {
     try {
       await engine.run({ key: randomUUID(), name: 'late', payload: {} }, async () => 'ok');
       const all = await otel.metrics();
-      expect(pointsOf(all, 'idempotency.checks').map((p) => [p.attributes['idempotency.procedure'], p.attributes['idempotency.result'], p.value])).toEqual([
-        ['late', 'acquired', 1],
-      ]);
+      expect(
+        pointsOf(all, 'idempotency.checks').map((p) => [
+          p.attributes['idempotency.procedure'],
+          p.attributes['idempotency.result'],
+          p.value,
+        ]),
+      ).toEqual([['late', 'acquired', 1]]);
       expect((await otel.spans()).map((s) => s.name)).toEqual(['idempotency.check late']);
     } finally {
       metrics.disable();
@@ -428,7 +533,10 @@ describe('openTelemetry: spans', () => {
   it('opens one span per check under the request span, with its real start time and its attributes', async () => {
     const otel = sdk();
     const requestTracer = otel.tracerProvider.getTracer('test-http');
-    const app = await startApp({ telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider }, requestTracer });
+    const app = await startApp({
+      telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider },
+      requestTracer,
+    });
     try {
       const key = randomUUID();
       await app.client.pay.mutate({ amount: 5, card: '4242' }, { context: { key } });
@@ -437,7 +545,11 @@ describe('openTelemetry: spans', () => {
 
       const spans = await otel.spans();
       const checks = spans.filter((s) => s.instrumentationScope.name === 'trpc-idempotency');
-      expect(checks.map((s) => s.name)).toEqual(['idempotency.check pay', 'idempotency.check pay', 'idempotency.check pay']);
+      expect(checks.map((s) => s.name)).toEqual([
+        'idempotency.check pay',
+        'idempotency.check pay',
+        'idempotency.check pay',
+      ]);
       expect(checks.map((s) => s.attributes['idempotency.result'])).toEqual(['acquired', 'replayed', 'rejected']);
       const checkEvents = app.events.filter((e) => ['acquired', 'replayed', 'rejected'].includes(e.result));
       expect(app.requestSpans).toHaveLength(3);
@@ -487,7 +599,9 @@ describe('openTelemetry: spans', () => {
 
   it('never lets the raw key, the scope or the payload into a metric or a span', async () => {
     const otel = sdk();
-    const app = await startApp({ telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider } });
+    const app = await startApp({
+      telemetry: { meterProvider: otel.meterProvider, tracerProvider: otel.tracerProvider },
+    });
     const key = `secret-key-${randomUUID()}`;
     const user = `user-${randomUUID()}`;
     const card = `card-${randomUUID()}`;
@@ -496,7 +610,9 @@ describe('openTelemetry: spans', () => {
       await app.client.pay.mutate({ amount: 31337, card }, { context: { key, headers } });
       await app.client.pay.mutate({ amount: 31337, card }, { context: { key, headers } });
       await rejectionOf(app.client.pay.mutate({ amount: 4, card }, { context: { key, headers } }));
-      await rejectionOf(app.client.pay.mutate({ amount: 4, card }, { context: { key: `${key}${'x'.repeat(300)}`, headers } }));
+      await rejectionOf(
+        app.client.pay.mutate({ amount: 4, card }, { context: { key: `${key}${'x'.repeat(300)}`, headers } }),
+      );
 
       const all = await otel.metrics();
       const spans = await otel.spans();
@@ -508,7 +624,8 @@ describe('openTelemetry: spans', () => {
       expect(hashes.size).toBe(1);
       expect([...hashes][0]).toMatch(/^[0-9a-f]{16}$/);
       expect(text.match(/idempotency\.key\.hash/g)).toHaveLength(3);
-      for (const m of all) for (const p of m.dataPoints) expect(Object.keys(p.attributes)).not.toContain('idempotency.key.hash');
+      for (const m of all)
+        for (const p of m.dataPoints) expect(Object.keys(p.attributes)).not.toContain('idempotency.key.hash');
     } finally {
       await app.server.close();
     }
@@ -518,24 +635,46 @@ describe('openTelemetry: spans', () => {
 describe('openTelemetry: options', () => {
   it('passes every event on to onEvent, even when recording fails, and survives a throwing onEvent', async () => {
     const seen: IdempotencyEvent[] = [];
-    const broken = { getMeter: () => { throw new Error('broken SDK'); } } as unknown as MeterProvider;
-    const engine = createIdempotencyEngine({ store: memoryStore(), onEvent: openTelemetry({ meterProvider: broken, onEvent: (e) => seen.push(e) }) });
-    await expect(engine.run({ key: 'k', name: 'op', payload: {} }, async () => 'ok')).resolves.toEqual({ value: 'ok', replayed: false });
+    const broken = {
+      getMeter: () => {
+        throw new Error('broken SDK');
+      },
+    } as unknown as MeterProvider;
+    const engine = createIdempotencyEngine({
+      store: memoryStore(),
+      onEvent: openTelemetry({ meterProvider: broken, onEvent: (e) => seen.push(e) }),
+    });
+    await expect(engine.run({ key: 'k', name: 'op', payload: {} }, async () => 'ok')).resolves.toEqual({
+      value: 'ok',
+      replayed: false,
+    });
     expect(seen.map((e) => e.result)).toEqual(['acquired', 'completed']);
 
     const otel = sdk();
     const throwing = createIdempotencyEngine({
       store: memoryStore(),
-      onEvent: openTelemetry({ meterProvider: otel.meterProvider, onEvent: () => { throw new Error('logger down'); } }),
+      onEvent: openTelemetry({
+        meterProvider: otel.meterProvider,
+        onEvent: () => {
+          throw new Error('logger down');
+        },
+      }),
     });
-    await expect(throwing.run({ key: 'k', name: 'op', payload: {} }, async () => 'ok')).resolves.toEqual({ value: 'ok', replayed: false });
+    await expect(throwing.run({ key: 'k', name: 'op', payload: {} }, async () => 'ok')).resolves.toEqual({
+      value: 'ok',
+      replayed: false,
+    });
     expect(total(await otel.metrics(), 'idempotency.checks', { 'idempotency.result': 'acquired' })).toBe(1);
   });
 
   it('refuses bad options at creation, saying what to pass', () => {
     expect(() => openTelemetry({ meterProvider: {} as MeterProvider })).toThrow(IdempotencyConfigError);
-    expect(() => openTelemetry({ meterProvider: {} as MeterProvider })).toThrow(/meterProvider must be a MeterProvider.*leave it out to use the global one/);
-    expect(() => openTelemetry({ tracerProvider: { getMeter() {} } as never })).toThrow(/tracerProvider must be a TracerProvider/);
+    expect(() => openTelemetry({ meterProvider: {} as MeterProvider })).toThrow(
+      /meterProvider must be a MeterProvider.*leave it out to use the global one/,
+    );
+    expect(() => openTelemetry({ tracerProvider: { getMeter() {} } as never })).toThrow(
+      /tracerProvider must be a TracerProvider/,
+    );
     expect(() => openTelemetry({ onEvent: 'log' as never })).toThrow(/onEvent must be a function/);
     expect(() => openTelemetry({ spans: 'yes' as never })).toThrow(/spans must be true or false/);
     expect(() => openTelemetry({ metrics: 1 as never })).toThrow(/metrics must be true or false/);

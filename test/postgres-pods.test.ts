@@ -18,7 +18,9 @@ const env = () => ({ DATABASE_URL: pgs.url, LOCK_TTL: String(LOCK_TTL) });
 
 beforeAll(async () => {
   pgs = await isolatedSchema('pods', 4);
-  await pgs.pool.query('create table charges (id serial primary key, idem_key text not null, amount int not null, pod text not null)');
+  await pgs.pool.query(
+    'create table charges (id serial primary key, idem_key text not null, amount int not null, pod text not null)',
+  );
   pods = await Promise.all([startPod('a', env()), startPod('b', env())]);
 }, 60_000);
 afterAll(async () => {
@@ -27,7 +29,9 @@ afterAll(async () => {
 });
 
 async function rowsFor(key: string): Promise<number> {
-  const { rows } = await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where idem_key = $1', [key]);
+  const { rows } = await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where idem_key = $1', [
+    key,
+  ]);
   return rows[0]!.n;
 }
 
@@ -35,7 +39,9 @@ describe('two processes sharing PostgreSQL', () => {
   it('200 concurrent calls with one key over both processes: one execution, one business row, repeated over 5 keys', async () => {
     for (let round = 0; round < 5; round++) {
       const key = randomUUID();
-      const results = await Promise.all(Array.from({ length: 200 }, (_, i) => pay(pods[i % 2]!.url, key, { amount: 100, holdMs: 50 })));
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, i) => pay(pods[i % 2]!.url, key, { amount: 100, holdMs: 50 })),
+      );
       expect(await rowsFor(key)).toBe(1);
       const ok = results.filter((r) => r.status === 200);
       expect(ok.length).toBeGreaterThanOrEqual(1);

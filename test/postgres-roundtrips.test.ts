@@ -5,11 +5,11 @@
 import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordId } from '../src/core.js';
 import { drizzleStore } from '../src/drizzle.js';
 import { createIdempotencyEngine } from '../src/index.js';
-import { recordId } from '../src/core.js';
-import { gate } from './helpers/trpc.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
+import { gate } from './helpers/trpc.js';
 
 let pgs: PgSchema;
 const log: string[] = [];
@@ -41,13 +41,22 @@ describe('PostgreSQL round trips per request', () => {
     const held = { ...input, key: randomUUID() };
     const holder = engine.run(held, () => running.opened.then(() => 'ok'));
     await expect
-      .poll(async () => (await pgs.pool.query('select 1 from idempotency_keys where id = $1', [recordId(undefined, 'pay', held.key)])).rowCount)
+      .poll(
+        async () =>
+          (await pgs.pool.query('select 1 from idempotency_keys where id = $1', [recordId(undefined, 'pay', held.key)]))
+            .rowCount,
+      )
       .toBe(1);
     expect(await statements(() => engine.run(held, async () => 'ok').catch((e) => e))).toEqual(['claim']);
     running.open();
     await holder;
 
     const tx = createIdempotencyEngine({ store, transaction: true });
-    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual(['claim', 'begin', 'insert', 'commit']);
+    expect(await statements(() => tx.run({ ...input, key: randomUUID() }, async () => 'ok'))).toEqual([
+      'claim',
+      'begin',
+      'insert',
+      'commit',
+    ]);
   });
 });

@@ -6,8 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordId } from '../src/core.js';
+import { drizzleStore } from '../src/drizzle.js';
 import {
   createIdempotencyEngine,
   type IdempotencyEngineOptions,
@@ -15,8 +17,6 @@ import {
   type IdempotencyStore,
   memoryStore,
 } from '../src/index.js';
-import { recordId } from '../src/core.js';
-import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './helpers/postgres.js';
 import { connectRedis, deleteByPrefix, sleep, uniquePrefix } from './helpers/redis.js';
@@ -59,7 +59,13 @@ describe.each(stores)('on %s', (_name, makeStore) => {
   function engineOn(options: IdempotencyEngineOptions = {}) {
     const events: IdempotencyEvent[] = [];
     shared ??= makeStore();
-    const engine = createIdempotencyEngine({ store: shared, lockTtl: LOCK_TTL, storeTimeout: 200, onEvent: (e) => events.push(e), ...options });
+    const engine = createIdempotencyEngine({
+      store: shared,
+      lockTtl: LOCK_TTL,
+      storeTimeout: 200,
+      onEvent: (e) => events.push(e),
+      ...options,
+    });
     return { engine, events };
   }
 
@@ -84,7 +90,10 @@ describe.each(stores)('on %s', (_name, makeStore) => {
     const { first, again, later, runs } = await runThrice(engine, () => ({ cents: 100n }));
     expect(first).toEqual({ value: { cents: 100n }, replayed: false });
     for (const retry of [again, later]) {
-      expect(retry).toMatchObject({ reason: 'outcome_unreplayable', message: expect.stringMatching(/will not run again/) });
+      expect(retry).toMatchObject({
+        reason: 'outcome_unreplayable',
+        message: expect.stringMatching(/will not run again/),
+      });
     }
     expect(runs).toBe(1);
     expect(events.filter((e) => e.result === 'completed').map((e) => e.reason)).toEqual(['unreplayable']);
@@ -105,7 +114,10 @@ describe.each(stores)('on %s', (_name, makeStore) => {
     const { first, again, later, runs } = await runThrice(engine, () => 'x'.repeat(500));
     expect(first).toEqual({ value: 'x'.repeat(500), replayed: false });
     for (const retry of [again, later]) {
-      expect(retry).toMatchObject({ reason: 'response_too_large', message: expect.stringMatching(/ran, but .* will not run again/) });
+      expect(retry).toMatchObject({
+        reason: 'response_too_large',
+        message: expect.stringMatching(/ran, but .* will not run again/),
+      });
     }
     expect(runs).toBe(1);
     expect(events.filter((e) => e.result === 'released')).toEqual([]);
@@ -115,10 +127,22 @@ describe.each(stores)('on %s', (_name, makeStore) => {
     const store = makeStore();
     const events: IdempotencyEvent[] = [];
     // a generous store timeout: this test is about contention, not about a slow machine
-    const engine = createIdempotencyEngine({ store, lockTtl: 6_000, storeTimeout: 2_000, onStoreError: 'fail-open', onEvent: (e) => events.push(e) });
+    const engine = createIdempotencyEngine({
+      store,
+      lockTtl: 6_000,
+      storeTimeout: 2_000,
+      onStoreError: 'fail-open',
+      onEvent: (e) => events.push(e),
+    });
     const keys = Array.from({ length: 4 }, () => randomUUID());
     // each key's holder crashed: its claim expires, then 100 requests race to take it over
-    for (const key of keys) await store.claim({ id: recordId(undefined, 'pay', key), fingerprint: 'crashed', token: `dead-${key}`, lockTtl: 100 });
+    for (const key of keys)
+      await store.claim({
+        id: recordId(undefined, 'pay', key),
+        fingerprint: 'crashed',
+        token: `dead-${key}`,
+        lockTtl: 100,
+      });
     await sleep(200);
     const runs = new Map<string, number>();
     const answers = await Promise.all(
@@ -179,7 +203,9 @@ describe('fail-open lets a request through only when the store is unreachable', 
         const events: IdempotencyEvent[] = [];
         const engine = createIdempotencyEngine({ store, onStoreError, onEvent: (e) => events.push(e) });
         let ran = false;
-        const answer = await engine.run({ key, name: 'pay', payload: {} }, async () => (ran = true)).catch((e: unknown) => e);
+        const answer = await engine
+          .run({ key, name: 'pay', payload: {} }, async () => (ran = true))
+          .catch((e: unknown) => e);
         expect(answer).toMatchObject({ reason: 'store_unavailable' });
         expect(ran).toBe(false);
         expect(events.map((e) => e.result)).toEqual(['store_error']);

@@ -8,10 +8,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { fingerprint, recordId } from '../src/core.js';
+import { drizzleStore } from '../src/drizzle.js';
 import {
   type IdempotencyEvent,
   type IdempotencyMeta,
@@ -20,8 +22,6 @@ import {
   memoryStore,
   withIdempotency,
 } from '../src/index.js';
-import { fingerprint, recordId } from '../src/core.js';
-import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema, pgliteDb } from './helpers/postgres.js';
 import { connectRedis, deadRedis, deleteByPrefix, hungRedis, uniquePrefix } from './helpers/redis.js';
@@ -29,7 +29,10 @@ import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type Te
 
 const LOCK_TTL = 1_500;
 
-function setup(store: IdempotencyStore, options: { onStoreError?: 'fail-closed' | 'fail-open'; storeTimeout?: number } = {}) {
+function setup(
+  store: IdempotencyStore,
+  options: { onStoreError?: 'fail-closed' | 'fail-open'; storeTimeout?: number } = {},
+) {
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
   const events: IdempotencyEvent[] = [];
   const executions: { amount: number }[] = [];
@@ -129,7 +132,11 @@ describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
     const key = randomUUID();
     await client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } });
     const error = await rejectionOf(client.pay.mutate({ amount: 999, currency: 'EUR' }, { context: { key } }));
-    expect(error.data).toMatchObject({ httpStatus: 422, code: 'UNPROCESSABLE_CONTENT', idempotency: { reason: 'payload_mismatch' } });
+    expect(error.data).toMatchObject({
+      httpStatus: 422,
+      code: 'UNPROCESSABLE_CONTENT',
+      idempotency: { reason: 'payload_mismatch' },
+    });
     expect(error.message).toMatch(/different payload.*new key/);
     expect(app.executions).toHaveLength(1);
   });
@@ -144,7 +151,11 @@ describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
     const first = client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } });
     await expect.poll(() => app.executions.length).toBe(1);
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
-    expect(error.data).toMatchObject({ httpStatus: 409, code: 'CONFLICT', idempotency: { reason: 'in_progress', retryAfter: 1 } });
+    expect(error.data).toMatchObject({
+      httpStatus: 409,
+      code: 'CONFLICT',
+      idempotency: { reason: 'in_progress', retryAfter: 1 },
+    });
     expect(seen.at(-1)!.get('retry-after')).toBe('1');
     release.open();
     await expect(first).resolves.toMatchObject({ amount: 100 });
@@ -167,7 +178,9 @@ describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
     const blocked = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
     expect(blocked.data?.httpStatus).toBe(409);
     await sleep(LOCK_TTL + 100);
-    await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } })).resolves.toMatchObject({ amount: 100 });
+    await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } })).resolves.toMatchObject({
+      amount: 100,
+    });
     expect(app.executions).toHaveLength(1);
   });
 });
@@ -178,8 +191,14 @@ describe('7. the store is unreachable', () => {
     const app = setup(redisStore({ client: dead }), { storeTimeout: 300 });
     const seen: Seen = [];
     const client = await serve(app, seen);
-    const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }));
-    expect(error.data).toMatchObject({ httpStatus: 503, code: 'SERVICE_UNAVAILABLE', idempotency: { reason: 'store_unavailable', retryAfter: 1 } });
+    const error = await rejectionOf(
+      client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
+    );
+    expect(error.data).toMatchObject({
+      httpStatus: 503,
+      code: 'SERVICE_UNAVAILABLE',
+      idempotency: { reason: 'store_unavailable', retryAfter: 1 },
+    });
     expect(seen[0]!.get('retry-after')).toBe('1');
     expect(error.message).toMatch(/Retry later with the same key/);
     expect(app.executions).toHaveLength(0);
@@ -191,10 +210,18 @@ describe('7. the store is unreachable', () => {
     const hung = await hungRedis();
     const app = setup(redisStore({ client: hung.client }), { storeTimeout: 300 });
     const client = await serve(app);
-    const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }));
+    const error = await rejectionOf(
+      client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
+    );
     expect(error.data).toMatchObject({ httpStatus: 503, idempotency: { reason: 'store_unavailable' } });
     expect(error.message).toMatch(/Retry later with the same key/);
-    expect(app.events).toMatchObject([{ result: 'store_error', operation: 'claim', error: { message: 'The idempotency store did not answer claim within 300 ms.' } }]);
+    expect(app.events).toMatchObject([
+      {
+        result: 'store_error',
+        operation: 'claim',
+        error: { message: 'The idempotency store did not answer claim within 300 ms.' },
+      },
+    ]);
     expect(app.executions).toHaveLength(0);
     await hung.close();
   });
@@ -203,7 +230,9 @@ describe('7. the store is unreachable', () => {
     const dead = deadRedis();
     const app = setup(redisStore({ client: dead }), { storeTimeout: 300, onStoreError: 'fail-open' });
     const client = await serve(app);
-    await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } })).resolves.toMatchObject({
+    await expect(
+      client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
+    ).resolves.toMatchObject({
       amount: 100,
     });
     expect(app.executions).toHaveLength(1);
@@ -217,7 +246,10 @@ describe('7. the store is unreachable', () => {
 
 describe('7. PostgreSQL is unreachable', () => {
   const deadPostgres = () => {
-    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMillis: 2_000 });
+    const pool = new pg.Pool({
+      connectionString: 'postgres://postgres@127.0.0.1:1/test',
+      connectionTimeoutMillis: 2_000,
+    });
     pool.on('error', () => {});
     return { store: drizzleStore({ db: drizzlePg(pool) }), pool };
   };
@@ -230,7 +262,11 @@ describe('7. PostgreSQL is unreachable', () => {
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
     expect(error.data).toMatchObject({ httpStatus: 503, idempotency: { reason: 'store_unavailable' } });
     expect(app.executions).toHaveLength(0);
-    expect(app.events[0]).toMatchObject({ result: 'store_error', operation: 'claim', error: { message: expect.stringMatching(/ECONNREFUSED/) } });
+    expect(app.events[0]).toMatchObject({
+      result: 'store_error',
+      operation: 'claim',
+      error: { message: expect.stringMatching(/ECONNREFUSED/) },
+    });
     // Drizzle quotes the statement and its parameters in its errors: none of that reaches events
     expect(JSON.stringify(app.events)).not.toContain(key);
     expect(JSON.stringify(app.events)).not.toContain('insert into');
@@ -241,7 +277,9 @@ describe('7. PostgreSQL is unreachable', () => {
     const { store, pool } = deadPostgres();
     const app = setup(store, { onStoreError: 'fail-open' });
     const client = await serve(app);
-    await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } })).resolves.toMatchObject({ amount: 100 });
+    await expect(
+      client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
+    ).resolves.toMatchObject({ amount: 100 });
     expect(app.executions).toHaveLength(1);
     await pool.end();
   });

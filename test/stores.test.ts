@@ -1,8 +1,8 @@
+import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../src/index.js';
 import { redisStore } from '../src/redis.js';
 import { describeStoreContract } from './contract/store-contract.js';
-import { Redis } from 'ioredis';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from './helpers/redis.js';
 
 describeStoreContract('memory', () => {
@@ -36,9 +36,13 @@ describe('redis store specifics', () => {
     const store = redisStore({ client: redis, prefix });
     await redis.script('FLUSH');
     const id = `:flush:${Date.now()}`;
-    expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toMatchObject({ state: 'acquired' });
+    expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toMatchObject({
+      state: 'acquired',
+    });
     await redis.script('FLUSH');
-    expect(await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 })).toBe('stored');
+    expect(
+      await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 }),
+    ).toBe('stored');
     expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 't' });
   });
 
@@ -93,8 +97,13 @@ describe('memory store bounds', () => {
       time += 10;
     }
     await store.claim({ id: 'newcomer', fingerprint: 'fp', token: 'n', lockTtl: 60_000 });
-    expect(await store.claim({ id: 'old', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({ state: 'acquired' });
-    expect(await store.claim({ id: 'running', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
+    expect(await store.claim({ id: 'old', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({
+      state: 'acquired',
+    });
+    expect(await store.claim({ id: 'running', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({
+      state: 'in_progress',
+      fingerprint: 'fp',
+    });
     store.close();
   });
 
@@ -102,7 +111,9 @@ describe('memory store bounds', () => {
     const store = memoryStore({ maxEntries: 2 });
     await store.claim({ id: 'a', fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
     await store.claim({ id: 'b', fingerprint: 'fp', token: 'b', lockTtl: 60_000 });
-    await expect(store.claim({ id: 'c', fingerprint: 'fp', token: 'c', lockTtl: 60_000 })).rejects.toThrow(/full: all 2 entries are running claims. Raise maxEntries/);
+    await expect(store.claim({ id: 'c', fingerprint: 'fp', token: 'c', lockTtl: 60_000 })).rejects.toThrow(
+      /full: all 2 entries are running claims. Raise maxEntries/,
+    );
     store.close();
   });
 });

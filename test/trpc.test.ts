@@ -7,6 +7,8 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import superjson from 'superjson';
 import { afterAll, afterEach, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
+import { idempotencyHeaders, idempotencyLink } from '../src/client.js';
+import { drizzleStore } from '../src/drizzle.js';
 import {
   IdempotencyConfigError,
   type IdempotencyEvent,
@@ -15,15 +17,22 @@ import {
   idempotencyErrorFormatter,
   memoryStore,
   retryable,
-  withIdempotency,
   type WithIdempotencyOptions,
+  withIdempotency,
 } from '../src/index.js';
-import { idempotencyHeaders, idempotencyLink } from '../src/client.js';
-import { drizzleStore } from '../src/drizzle.js';
 import { redisStore } from '../src/redis.js';
 import { isolatedSchema, type PgSchema } from './helpers/postgres.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from './helpers/redis.js';
-import { createClient, gate, listen, rejectionOf, type Seen, sleep, startServer, type TestServer } from './helpers/trpc.js';
+import {
+  createClient,
+  gate,
+  listen,
+  rejectionOf,
+  type Seen,
+  sleep,
+  startServer,
+  type TestServer,
+} from './helpers/trpc.js';
 
 interface Ctx {
   user?: string;
@@ -35,8 +44,13 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
-async function serve<R extends Parameters<typeof startServer>[0]>(router: R, opts: { seen?: Seen; batch?: boolean; user?: string } = {}) {
-  const server = await startServer(router, ({ req }) => ({ user: (req.headers['x-user'] as string | undefined) ?? opts.user }));
+async function serve<R extends Parameters<typeof startServer>[0]>(
+  router: R,
+  opts: { seen?: Seen; batch?: boolean; user?: string } = {},
+) {
+  const server = await startServer(router, ({ req }) => ({
+    user: (req.headers['x-user'] as string | undefined) ?? opts.user,
+  }));
   servers.push(server);
   return createClient<R>(server.url, { seen: opts.seen, batch: opts.batch });
 }
@@ -62,7 +76,11 @@ describe('fingerprint', () => {
           z.object({
             amount: z.number(),
             clientTimestamp: z.number(),
-            payer: z.object({ id: z.string(), nonce: z.string(), devices: z.array(z.object({ nonce: z.string(), kind: z.string() })) }),
+            payer: z.object({
+              id: z.string(),
+              nonce: z.string(),
+              devices: z.array(z.object({ nonce: z.string(), kind: z.string() })),
+            }),
           }),
         )
         .mutation(() => ++runs),
@@ -107,7 +125,9 @@ describe('fingerprint', () => {
     const key = randomUUID();
     await client.pay.mutate({ amount: 5 }, { context: { key } });
     expect(await client.pay.mutate({ amount: 5, currency: 'EUR' }, { context: { key } })).toBe(1);
-    expect((await rejectionOf(client.pay.mutate({ amount: 5, currency: 'USD' }, { context: { key } }))).data?.httpStatus).toBe(422);
+    expect(
+      (await rejectionOf(client.pay.mutate({ amount: 5, currency: 'USD' }, { context: { key } }))).data?.httpStatus,
+    ).toBe(422);
   });
 });
 
@@ -140,17 +160,21 @@ describe('outcome policy', () => {
     expect(app.runs()).toBe(1);
   });
 
-  it.each(['INTERNAL_SERVER_ERROR', 'BAD_GATEWAY', 'TIMEOUT', 'CONFLICT', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST'] as const)(
-    'releases the key after %s so a retry with it runs again',
-    async (code) => {
-      const app = failing(code);
-      const client = await serve(app.router);
-      const key = randomUUID();
-      expect((await rejectionOf(client.op.mutate({ n: 1 }, { context: { key } }))).message).toBe('failure #1');
-      expect((await rejectionOf(client.op.mutate({ n: 1 }, { context: { key } }))).message).toBe('failure #2');
-      expect(app.runs()).toBe(2);
-    },
-  );
+  it.each([
+    'INTERNAL_SERVER_ERROR',
+    'BAD_GATEWAY',
+    'TIMEOUT',
+    'CONFLICT',
+    'TOO_MANY_REQUESTS',
+    'CLIENT_CLOSED_REQUEST',
+  ] as const)('releases the key after %s so a retry with it runs again', async (code) => {
+    const app = failing(code);
+    const client = await serve(app.router);
+    const key = randomUUID();
+    expect((await rejectionOf(client.op.mutate({ n: 1 }, { context: { key } }))).message).toBe('failure #1');
+    expect((await rejectionOf(client.op.mutate({ n: 1 }, { context: { key } }))).message).toBe('failure #2');
+    expect(app.runs()).toBe(2);
+  });
 
   it('releases the key after an unknown throw', async () => {
     let runs = 0;
@@ -194,11 +218,16 @@ describe('outcome policy', () => {
     for (let retry = 0; retry < 2; retry++) {
       const error = await rejectionOf(client.big.mutate({ size: 5_000 }, { context: { key } }));
       expect(error.data).toMatchObject({ httpStatus: 500, idempotency: { reason: 'response_too_large' } });
-      expect(error.message).toMatch(/ran, but its result was larger than maxResponseBytes \(1000 bytes\).*will not run again/);
+      expect(error.message).toMatch(
+        /ran, but its result was larger than maxResponseBytes \(1000 bytes\).*will not run again/,
+      );
     }
     expect(runs).toBe(1);
     expect(events.filter((e) => e.result === 'completed').map((e) => e.reason)).toEqual(['response_too_large']);
-    expect(events.filter((e) => e.result === 'replayed').map((e) => e.reason)).toEqual(['response_too_large', 'response_too_large']);
+    expect(events.filter((e) => e.result === 'replayed').map((e) => e.reason)).toEqual([
+      'response_too_large',
+      'response_too_large',
+    ]);
     expect(events.filter((e) => e.result === 'released')).toEqual([]);
     // just under the limit is stored (the JSON quotes count)
     const small = randomUUID();
@@ -254,14 +283,18 @@ describe('outcome policy', () => {
 describe('keys', () => {
   function counter(options: WithIdempotencyOptions<Ctx> = {}) {
     let runs = 0;
-    const router = t.router({ op: idem(options).input(z.object({ v: z.string() })).mutation(() => ++runs) });
+    const router = t.router({
+      op: idem(options)
+        .input(z.object({ v: z.string() }))
+        .mutation(() => ++runs),
+    });
     return { router, runs: () => runs };
   }
 
   it('accepts 255 printable ASCII characters and refuses 256', async () => {
     const app = counter();
     const client = await serve(app.router);
-    const ok = '~'.repeat(254) + ' ';
+    const ok = `${'~'.repeat(254)} `;
     expect(await client.op.mutate({ v: 'a' }, { context: { key: ok } })).toBe(1);
     const tooLong = await rejectionOf(client.op.mutate({ v: 'a' }, { context: { key: 'k'.repeat(256) } }));
     expect(tooLong.data).toMatchObject({ httpStatus: 400, idempotency: { reason: 'key_invalid' } });
@@ -318,7 +351,9 @@ describe('keys', () => {
     await client.op.mutate({ v: 'a' }, { context: { headers: { 'X-Request-Key': key } } });
     await client.op.mutate({ v: 'a' }, { context: { headers: { 'X-Request-Key': key } } });
     expect(app.runs()).toBe(1);
-    expect((await rejectionOf(client.op.mutate({ v: 'a' }, { context: { key } }))).message).toMatch(/requires an X-Request-Key header/);
+    expect((await rejectionOf(client.op.mutate({ v: 'a' }, { context: { key } }))).message).toMatch(
+      /requires an X-Request-Key header/,
+    );
   });
 
   it('scopes keys: the same key from two users is two operations', async () => {
@@ -401,7 +436,11 @@ describe('the builder', () => {
 
   it('meta idempotency: false turns protection off for one procedure', async () => {
     let runs = 0;
-    const router = t.router({ free: idem().meta({ idempotency: false }).mutation(() => ++runs) });
+    const router = t.router({
+      free: idem()
+        .meta({ idempotency: false })
+        .mutation(() => ++runs),
+    });
     const client = await serve(router);
     await client.free.mutate();
     await client.free.mutate();
@@ -409,10 +448,16 @@ describe('the builder', () => {
   });
 
   it('rejects bad meta when the procedure is defined, not per request', () => {
-    expect(() => idem().meta({ idempotency: { lockTtl: 60_000, ttl: 1_000 } }).mutation(() => 1)).toThrow(IdempotencyConfigError);
-    expect(() => idem().meta({ idempotency: { lockTtl: 60_000, ttl: 1_000 } }).mutation(() => 1)).toThrow(
-      /meta.idempotency: lockTtl \(60000 ms\) is longer than ttl \(1000 ms\)/,
-    );
+    expect(() =>
+      idem()
+        .meta({ idempotency: { lockTtl: 60_000, ttl: 1_000 } })
+        .mutation(() => 1),
+    ).toThrow(IdempotencyConfigError);
+    expect(() =>
+      idem()
+        .meta({ idempotency: { lockTtl: 60_000, ttl: 1_000 } })
+        .mutation(() => 1),
+    ).toThrow(/meta.idempotency: lockTtl \(60000 ms\) is longer than ttl \(1000 ms\)/);
     expect(() => idem({ ttl: -1 })).toThrow(/ttl must be a positive number of milliseconds/);
     expect(() => idem({ inFlight: 'queue' as never })).toThrow(/inFlight must be 'reject' or 'wait'/);
   });
@@ -422,7 +467,10 @@ describe('the builder', () => {
     const caller = t.createCallerFactory(router)({});
     const error = await caller.op().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TRPCError);
-    expect(error).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', message: expect.stringMatching(/no request headers to read Idempotency-Key from/) });
+    expect(error).toMatchObject({
+      code: 'INTERNAL_SERVER_ERROR',
+      message: expect.stringMatching(/no request headers to read Idempotency-Key from/),
+    });
     // a request-time 500, not the creation-time IdempotencyConfigError
     expect((error as TRPCError).cause).not.toBeInstanceOf(IdempotencyConfigError);
   });
@@ -517,7 +565,11 @@ describe('batches', () => {
 
   it('never applies one plain key to two mutations of a batch', async () => {
     let runs = 0;
-    const router = t.router({ pay: idem().input(z.object({ id: z.string() })).mutation(() => ++runs) });
+    const router = t.router({
+      pay: idem()
+        .input(z.object({ id: z.string() }))
+        .mutation(() => ++runs),
+    });
     const client = await serve(router, { batch: true });
     const key = randomUUID();
     const [a, b] = await Promise.allSettled([
@@ -575,10 +627,12 @@ describe.each([
   it("inFlight: 'wait' gives up with 409 after waitTimeout", async () => {
     const release = gate();
     const router = t.router({
-      pay: withIdempotency(t.procedure, { store: makeStore(), inFlight: 'wait', waitTimeout: 300 }).mutation(async () => {
-        await release.opened;
-        return 1;
-      }),
+      pay: withIdempotency(t.procedure, { store: makeStore(), inFlight: 'wait', waitTimeout: 300 }).mutation(
+        async () => {
+          await release.opened;
+          return 1;
+        },
+      ),
     });
     const client = await serve(router);
     const key = randomUUID();
@@ -640,7 +694,9 @@ describe('contexts and scopes', () => {
       }
     }
     const router = ct.router({
-      op: withIdempotency(ct.procedure, { store: memoryStore(), scope: ({ ctx }) => ctx.session.userId() }).mutation(({ ctx }) => ctx.session.userId()),
+      op: withIdempotency(ct.procedure, { store: memoryStore(), scope: ({ ctx }) => ctx.session.userId() }).mutation(
+        ({ ctx }) => ctx.session.userId(),
+      ),
     });
     // startServer spreads its context into an object: build a class instance here instead
     const { createHTTPServer } = await import('@trpc/server/adapters/standalone');
@@ -674,20 +730,29 @@ describe('contexts and scopes', () => {
   it('a context with the request but no response: protection works, the replay is not marked', async () => {
     let runs = 0;
     const bare = initTRPC.context<{ req: unknown }>().meta<IdempotencyMeta>().create();
-    const router = bare.router({ pay: withIdempotency(bare.procedure, { store: memoryStore() }).mutation(() => ({ n: ++runs })) });
+    const router = bare.router({
+      pay: withIdempotency(bare.procedure, { store: memoryStore() }).mutation(() => ({ n: ++runs })),
+    });
     const { createHTTPServer } = await import('@trpc/server/adapters/standalone');
     const server = await listen(createHTTPServer({ router, createContext: ({ req }) => ({ req }) }));
     servers.push(server);
     const url = `${server.url}/pay`;
     const key = randomUUID();
-    const send = () => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' });
+    const send = () =>
+      fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: '{}',
+      });
     const [a, b] = [await send(), await send()];
     expect([a.status, b.status]).toEqual([200, 200]);
     expect(await b.json()).toEqual(await a.json());
     expect(b.headers.get('idempotent-replayed')).toBeNull();
     expect(runs).toBe(1);
     expect((await send()).status).toBe(200);
-    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status).toBe(400);
+    expect(
+      (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status,
+    ).toBe(400);
   });
 
   it('a scope of null is an explicitly unscoped call', async () => {
@@ -702,9 +767,15 @@ describe('contexts and scopes', () => {
   it('refuses to read a per-call key from the shared headers of a WebSocket connection', async () => {
     const router = t.router({ op: idem().mutation(() => 1) });
     const socketLike = { send() {}, ping() {} };
-    const caller = t.createCallerFactory(router)({ req: { headers: { 'idempotency-key': 'k' } }, res: socketLike } as never);
+    const caller = t.createCallerFactory(router)({
+      req: { headers: { 'idempotency-key': 'k' } },
+      res: socketLike,
+    } as never);
     const error = await caller.op().catch((e: unknown) => e);
-    expect(error).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', message: expect.stringMatching(/over a WebSocket .* Pass getKey/) });
+    expect(error).toMatchObject({
+      code: 'INTERNAL_SERVER_ERROR',
+      message: expect.stringMatching(/over a WebSocket .* Pass getKey/),
+    });
     expect((error as TRPCError).cause).not.toBeInstanceOf(IdempotencyConfigError);
   });
 
@@ -715,11 +786,15 @@ describe('contexts and scopes', () => {
     servers.push(server);
     const { request } = await import('node:http');
     const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = request(`${server.url}/op`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-        let data = '';
-        res.on('data', (c) => (data += c));
-        res.on('end', () => resolve({ status: res.statusCode!, body: data }));
-      });
+      const req = request(
+        `${server.url}/op`,
+        { method: 'POST', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          let data = '';
+          res.on('data', (c) => (data += c));
+          res.on('end', () => resolve({ status: res.statusCode!, body: data }));
+        },
+      );
       req.setHeader('idempotency-key', ['a', 'b']);
       req.on('error', reject);
       req.end('{}');
@@ -758,7 +833,9 @@ describe('the builder, further', () => {
     const first = await client.op.mutate({ amount: 3, note: 'a' }, { context: { key } });
     expect(first).toEqual({ run: 1, amount: 3 });
     expect(await client.op.mutate({ amount: 3, note: 'a' }, { context: { key } })).toEqual(first);
-    expect((await rejectionOf(client.op.mutate({ amount: 3, note: 'b' }, { context: { key } }))).data?.httpStatus).toBe(422);
+    expect((await rejectionOf(client.op.mutate({ amount: 3, note: 'b' }, { context: { key } }))).data?.httpStatus).toBe(
+      422,
+    );
     await client.optional.mutate();
     await client.optional.mutate();
     expect(runs).toBe(3);
@@ -768,7 +845,10 @@ describe('the builder, further', () => {
     const { idempotencyErrorData } = await import('../src/index.js');
     const router = t.router({
       op: idem()
-        .errors(({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error), app: 'x' } }))
+        .errors(({ shape, error }) => ({
+          ...shape,
+          data: { ...shape.data, idempotency: idempotencyErrorData(error), app: 'x' },
+        }))
         .mutation(() => 1),
     });
     const client = await serve(router);
@@ -797,7 +877,9 @@ describe('the caller going away', () => {
     gaveUp.abort();
     await expect(first).rejects.toThrow();
     await expect.poll(() => abortedInside).toBe(false);
-    await expect.poll(async () => client.pay.mutate(undefined, { context: { key } }).catch((e) => e.data?.httpStatus)).toEqual({ charge: 1 });
+    await expect
+      .poll(async () => client.pay.mutate(undefined, { context: { key } }).catch((e) => e.data?.httpStatus))
+      .toEqual({ charge: 1 });
     expect(runs).toBe(1);
   });
 });

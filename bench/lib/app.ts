@@ -25,13 +25,25 @@ const DESCRIPTION = 'Benchmark payment: one Redis INCR per call; this text pads 
 
 export async function pay(redis: Redis, input: PayInput): Promise<PayResult> {
   const n = await redis.incr('bench:payments');
-  return { id: `pay_${n}`, amount: input.amount, currency: input.currency, status: 'succeeded', created: 1_700_000_000_000 + n, description: DESCRIPTION };
+  return {
+    id: `pay_${n}`,
+    amount: input.amount,
+    currency: input.currency,
+    status: 'succeeded',
+    created: 1_700_000_000_000 + n,
+    description: DESCRIPTION,
+  };
 }
 
 /** A hand-written input parser (tRPC accepts a function): the same cheap check for every variant. */
 export function parsePayInput(raw: unknown): PayInput {
   const value = raw as Partial<PayInput> | null;
-  if (typeof value !== 'object' || value === null || typeof value.amount !== 'number' || typeof value.currency !== 'string') {
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    typeof value.amount !== 'number' ||
+    typeof value.currency !== 'string'
+  ) {
     throw new Error('expected { amount: number, currency: string }');
   }
   return { amount: value.amount, currency: value.currency };

@@ -54,7 +54,11 @@ export async function createSchema(label: string): Promise<BenchSchema> {
   u.searchParams.set('options', `-c search_path=${schema}`);
   const url = u.toString();
   const pool = new pg.Pool({ connectionString: url, max: 1 });
-  await migrate(drizzle(pool), { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
+  await migrate(drizzle(pool), {
+    migrationsFolder: MIGRATIONS,
+    migrationsSchema: schema,
+    migrationsTable: MIGRATIONS_TABLE,
+  });
   await pool.end();
   return {
     schema,

@@ -7,8 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { createIdempotencyEngine, type IdempotencyEngine } from '../../dist/index.js';
 import { drizzleStore } from '../../dist/drizzle.js';
+import { createIdempotencyEngine, type IdempotencyEngine } from '../../dist/index.js';
 import { redisStore } from '../../dist/redis.js';
 import { commandCalls, delta } from './services.js';
 
@@ -29,10 +29,16 @@ interface Held {
 }
 
 /** Starts `count` executions that hold their claims until released. */
-async function holdClaims(engine: IdempotencyEngine, keys: string[], isHeld: (key: string) => Promise<boolean>): Promise<Held> {
+async function holdClaims(
+  engine: IdempotencyEngine,
+  keys: string[],
+  isHeld: (key: string) => Promise<boolean>,
+): Promise<Held> {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
-  const done = Promise.all(keys.map((key) => engine.run({ key, name: 'pay', payload: PAYLOAD }, () => gate.then(() => RESULT))));
+  const done = Promise.all(
+    keys.map((key) => engine.run({ key, name: 'pay', payload: PAYLOAD }, () => gate.then(() => RESULT))),
+  );
   for (const key of keys) while (!(await isHeld(key))) await new Promise((resolve) => setTimeout(resolve, 5));
   return { release, done };
 }
@@ -79,9 +85,14 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
     for (const key of keys) await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT);
   });
   const heldKeys = Array.from({ length: n }, () => randomUUID());
-  const held = await holdClaims(engine, heldKeys, async (key) => (await admin.exists(store.keyOf(`:pay:${key}`))) === 1);
+  const held = await holdClaims(
+    engine,
+    heldKeys,
+    async (key) => (await admin.exists(store.keyOf(`:pay:${key}`))) === 1,
+  );
   const reject = await measure(async () => {
-    for (const key of heldKeys) await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
+    for (const key of heldKeys)
+      await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
   });
   held.release();
   await held.done;
@@ -92,7 +103,9 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
   const usedBefore = await usedMemory(admin);
   const manyKeys = Array.from({ length: many }, () => randomUUID());
   for (let i = 0; i < many; i += 100) {
-    await Promise.all(manyKeys.slice(i, i + 100).map((key) => engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT)));
+    await Promise.all(
+      manyKeys.slice(i, i + 100).map((key) => engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT)),
+    );
   }
   const usedAfter = await usedMemory(admin);
   client.disconnect();
@@ -146,9 +159,14 @@ export async function postgresCost(url: string, n = 200): Promise<PostgresCost> 
   const heldKeys = Array.from({ length: n }, () => randomUUID());
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
-  const held = await holdClaims(engine, heldKeys, async (key) => (await admin.query('select 1 from idempotency_keys where id = $1', [`:pay:${key}`])).rowCount === 1);
+  const held = await holdClaims(
+    engine,
+    heldKeys,
+    async (key) => (await admin.query('select 1 from idempotency_keys where id = $1', [`:pay:${key}`])).rowCount === 1,
+  );
   const reject = await measure(async () => {
-    for (const key of heldKeys) await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
+    for (const key of heldKeys)
+      await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
   });
   held.release();
   await held.done;

@@ -55,7 +55,9 @@ export async function createApp(options: AppOptions) {
   } else if (options.store === 'redis') {
     redis = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379');
     // ioredis reconnects by itself; while it cannot, requests get 503 (fail-closed).
-    redis.on('error', (error) => console.error(JSON.stringify({ event: 'redis_error', instance: instanceId, message: error.message })));
+    redis.on('error', (error) =>
+      console.error(JSON.stringify({ event: 'redis_error', instance: instanceId, message: error.message })),
+    );
     store = redisStore({ client: redis, prefix: options.redisPrefix ?? 'payments:idem:' });
   } else {
     store = memoryStore();

@@ -15,7 +15,9 @@ const migrationsFolder = fileURLToPath(new URL('../drizzle', import.meta.url));
  * The business database: PostgreSQL at `databaseUrl`, or PGlite (PostgreSQL
  * in this process, in memory) when there is none, so the demo needs nothing.
  */
-export async function openDatabase(databaseUrl: string | undefined): Promise<{ db: Db; kind: string; close(): Promise<void> }> {
+export async function openDatabase(
+  databaseUrl: string | undefined,
+): Promise<{ db: Db; kind: string; close(): Promise<void> }> {
   if (databaseUrl === undefined || databaseUrl === '') {
     const client = new PGlite();
     const db = drizzlePglite(client);
@@ -35,5 +37,9 @@ export async function openDatabase(databaseUrl: string | undefined): Promise<{ d
     await session.query('select pg_advisory_unlock(727274)').catch(() => {});
     session.release();
   }
-  return { db: drizzlePg(pool) as unknown as Db, kind: `PostgreSQL (${new URL(databaseUrl).host})`, close: () => pool.end() };
+  return {
+    db: drizzlePg(pool) as unknown as Db,
+    kind: `PostgreSQL (${new URL(databaseUrl).host})`,
+    close: () => pool.end(),
+  };
 }

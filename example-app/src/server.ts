@@ -27,7 +27,9 @@ if (!['memory', 'redis', 'postgres'].includes(storeKind)) {
   throw new Error(`IDEMPOTENCY_STORE must be memory, redis or postgres, not ${storeKind}.`);
 }
 if (storeKind === 'memory' && env.DATABASE_URL) {
-  console.warn('IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.');
+  console.warn(
+    'IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.',
+  );
 }
 
 // OpenTelemetry metrics, scraped by Prometheus from /metrics on the app's own port.
@@ -47,12 +49,17 @@ const app = await createApp({
   instanceId,
   chargeDelayMs: Number(env.CHARGE_DELAY_MS ?? 1_500),
   lockTtl: Number(env.LOCK_TTL ?? 30_000),
-  onEvent: env.LOG_EVENTS === '0' ? undefined : (event) => console.log(JSON.stringify({ event: 'idempotency', ...event })),
+  onEvent:
+    env.LOG_EVENTS === '0' ? undefined : (event) => console.log(JSON.stringify({ event: 'idempotency', ...event })),
 });
 
 const trpc = createHTTPHandler({ router: app.appRouter, createContext, basePath: '/trpc' });
 const webRoot = fileURLToPath(new URL('../web/dist/', import.meta.url));
-const types: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.css': 'text/css' };
+const types: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript',
+  '.css': 'text/css',
+};
 
 // The demo's switch: the next payments.create response is dropped after the
 // charge ran, as a timeout or a load balancer would drop it.
@@ -68,7 +75,9 @@ const server = createServer(async (req, res) => {
         console.log(JSON.stringify({ event: 'response_dropped', instance: instanceId }));
         // The answer starts and is cut off, as a timeout or a crashed proxy would cut it.
         // (A connection closed before any byte would be resent by some browsers on their own.)
-        req.socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n[{"res', () => req.socket.destroy());
+        req.socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n[{"res', () =>
+          req.socket.destroy(),
+        );
         return res;
       };
       res.write = drop as never;
@@ -98,7 +107,10 @@ const server = createServer(async (req, res) => {
     const body = await readFile(join(webRoot, file));
     res.writeHead(200, { 'content-type': types[extname(file)] ?? 'application/octet-stream' }).end(body);
   } catch {
-    const hint = url.pathname === '/' ? 'The page is not built: run `npm run demo` (it builds it) or `npm run example:web`.' : 'Not found';
+    const hint =
+      url.pathname === '/'
+        ? 'The page is not built: run `npm run demo` (it builds it) or `npm run example:web`.'
+        : 'Not found';
     res.writeHead(404, { 'content-type': 'text/plain' }).end(hint);
   }
 });

@@ -1,5 +1,10 @@
 import { createTRPCClient, httpBatchLink } from '@trpc/client';
-import { createIdempotencyKey, getIdempotencyReason, idempotencyHeaders, idempotencyLink } from 'trpc-idempotency/client';
+import {
+  createIdempotencyKey,
+  getIdempotencyReason,
+  idempotencyHeaders,
+  idempotencyLink,
+} from 'trpc-idempotency/client';
 import type { AppRouter } from '../src/app.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -14,7 +19,9 @@ const client = createTRPCClient<AppRouter>({
     idempotencyLink({
       baseDelayMs: 300,
       onRetry: ({ attempts, key, delayMs, error }) =>
-        log(`attempt ${attempts} failed (${error.message}); retrying with the same key ${short(key)} in ${Math.round(delayMs)} ms`),
+        log(
+          `attempt ${attempts} failed (${error.message}); retrying with the same key ${short(key)} in ${Math.round(delayMs)} ms`,
+        ),
     }),
     httpBatchLink({ url: '/trpc', headers: idempotencyHeaders() }),
   ],

@@ -3,7 +3,7 @@
  * plain `TRPCClientErrorLike` objects TanStack Query hands out, from any copy
  * of `@trpc/client`: fields are read by shape, never with `instanceof`.
  */
-import { IN_PROGRESS_MESSAGE, type IdempotencyErrorReason, retryAfterOfMessage } from '../core/errors.js';
+import { type IdempotencyErrorReason, IN_PROGRESS_MESSAGE, retryAfterOfMessage } from '../core/errors.js';
 import type { IdempotencyErrorData } from '../trpc/errors.js';
 
 export type { IdempotencyErrorData, IdempotencyErrorReason };
@@ -66,7 +66,8 @@ function fields(error: unknown): ErrorFields | undefined {
  */
 export function getIdempotencyErrorData(error: unknown): IdempotencyErrorData | undefined {
   const data = fields(error)?.data?.idempotency;
-  if (typeof data !== 'object' || data === null || typeof data.reason !== 'string' || data.reason === '') return undefined;
+  if (typeof data !== 'object' || data === null || typeof data.reason !== 'string' || data.reason === '')
+    return undefined;
   const reason = data.reason as IdempotencyErrorReason;
   return typeof data.retryAfter === 'number' ? { reason, retryAfter: data.retryAfter } : { reason };
 }

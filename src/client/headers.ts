@@ -58,7 +58,7 @@ export function idempotencyHeaders<TArgument extends HeadersArgument = HeadersAr
 }
 
 function keyOf(op: Operation): string | undefined {
-  const key = op.context['idempotencyKey'];
+  const key = op.context.idempotencyKey;
   if (key === undefined || key === null || op.type !== 'mutation') return undefined;
   if (typeof key !== 'string') {
     // A holder reaches this point only if no idempotencyLink resolved it.
@@ -79,9 +79,16 @@ function headerValue(key: string): string {
 }
 
 /** `own` then `keyed`; names compare case-insensitively, so a key header is never sent twice. */
-function merge(own: HTTPHeaders | undefined, keyed: Record<string, string>): Record<string, string | string[] | undefined> {
+function merge(
+  own: HTTPHeaders | undefined,
+  keyed: Record<string, string>,
+): Record<string, string | string[] | undefined> {
   const entries: Array<[string, string | string[] | undefined]> =
-    own === undefined ? [] : Symbol.iterator in own ? Array.from(own as Iterable<[string, string]>) : Object.entries(own);
+    own === undefined
+      ? []
+      : Symbol.iterator in own
+        ? Array.from(own as Iterable<[string, string]>)
+        : Object.entries(own);
   const replaced = new Set(Object.keys(keyed).map((name) => name.toLowerCase()));
   const out: Record<string, string | string[] | undefined> = {};
   for (const [name, value] of entries) if (!replaced.has(name.toLowerCase())) out[name] = value;

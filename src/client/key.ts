@@ -107,7 +107,9 @@ export function createIdempotencyKey(options: CreateIdempotencyKeyOptions = {}):
 /** Throws unless `key` is 1 to 255 printable ASCII characters, the keys the server accepts. */
 export function checkKey(key: unknown, what: string): string {
   if (typeof key !== 'string') {
-    throw new TypeError(`trpc-idempotency: ${what} a ${typeof key}, not a string. An idempotency key is a string such as a UUID v4.`);
+    throw new TypeError(
+      `trpc-idempotency: ${what} a ${typeof key}, not a string. An idempotency key is a string such as a UUID v4.`,
+    );
   }
   let valid = key.length > 0 && key.length <= MAX_KEY_LENGTH;
   for (let i = 0; valid && i < key.length; i++) {

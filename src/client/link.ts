@@ -104,24 +104,40 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
   const generateKey = options.generateKey ?? randomKey;
   const random = options.random ?? Math.random;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw new IdempotencyConfigError(`idempotencyLink: maxAttempts must be a whole number >= 1 (1 turns retries off), got ${String(maxAttempts)}.`);
+    throw new IdempotencyConfigError(
+      `idempotencyLink: maxAttempts must be a whole number >= 1 (1 turns retries off), got ${String(maxAttempts)}.`,
+    );
   }
   // setTimeout fires at once for delays above 2^31-1 ms (about 24.8 days).
-  for (const [name, value] of [['baseDelayMs', baseDelayMs], ['maxDelayMs', maxDelayMs]] as const) {
+  for (const [name, value] of [
+    ['baseDelayMs', baseDelayMs],
+    ['maxDelayMs', maxDelayMs],
+  ] as const) {
     if (typeof value !== 'number' || !(value >= 0 && value <= MAX_TIMER_MS)) {
-      throw new IdempotencyConfigError(`idempotencyLink: ${name} must be a number of ms from 0 to 2^31-1, got ${String(value)}.`);
+      throw new IdempotencyConfigError(
+        `idempotencyLink: ${name} must be a number of ms from 0 to 2^31-1, got ${String(value)}.`,
+      );
     }
   }
-  for (const [name, value] of [['retry', options.retry], ['onRetry', onRetry], ['generateKey', options.generateKey], ['random', options.random]] as const) {
+  for (const [name, value] of [
+    ['retry', options.retry],
+    ['onRetry', onRetry],
+    ['generateKey', options.generateKey],
+    ['random', options.random],
+  ] as const) {
     if (value !== undefined && typeof value !== 'function') {
       throw new IdempotencyConfigError(`idempotencyLink: ${name} must be a function, got ${typeof value}.`);
     }
   }
   if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS))) {
-    throw new IdempotencyConfigError(`idempotencyLink: timeoutMs must be a number of ms > 0 (leave it out for no timeout), got ${String(timeoutMs)}.`);
+    throw new IdempotencyConfigError(
+      `idempotencyLink: timeoutMs must be a number of ms > 0 (leave it out for no timeout), got ${String(timeoutMs)}.`,
+    );
   }
   if (options.generateKey === undefined && !canMakeRandomKeys()) {
-    throw new IdempotencyConfigError('idempotencyLink: this runtime has no Web Crypto API to make keys; pass generateKey.');
+    throw new IdempotencyConfigError(
+      'idempotencyLink: this runtime has no Web Crypto API to make keys; pass generateKey.',
+    );
   }
 
   return () => {
@@ -133,7 +149,7 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
         const signal = op.signal ?? undefined;
         let key: string;
         try {
-          key = resolveKey(op.context['idempotencyKey'], generateKey);
+          key = resolveKey(op.context.idempotencyKey, generateKey);
         } catch (cause) {
           observer.error(TRPCClientError.from(cause as Error));
           return () => {};

@@ -41,9 +41,13 @@ function faithfully(this: unknown, key: string, value: unknown): unknown {
     const proto = Object.getPrototypeOf(original) as object | null;
     if (proto !== Object.prototype && proto !== null && !Array.isArray(original)) {
       const kind = (proto as { constructor?: { name?: string } }).constructor?.name || 'object';
-      throw new TypeError(`A ${kind} has no faithful JSON form (it would be replayed as ${kind === 'Date' ? 'a string' : 'a plain object'}).`);
+      throw new TypeError(
+        `A ${kind} has no faithful JSON form (it would be replayed as ${kind === 'Date' ? 'a string' : 'a plain object'}).`,
+      );
     }
-  } else if (typeof value === 'number' ? !Number.isFinite(value) : typeof value === 'function' || typeof value === 'symbol') {
+  } else if (
+    typeof value === 'number' ? !Number.isFinite(value) : typeof value === 'function' || typeof value === 'symbol'
+  ) {
     throw new TypeError(`A ${typeof value === 'number' ? String(value) : typeof value} has no JSON form.`);
   } else if (value === undefined && Array.isArray(this)) {
     throw new TypeError('An undefined array item would be replayed as null.');

@@ -19,7 +19,8 @@ const registry = globalThis as unknown as Record<symbol, AsyncLocalStorage<Idemp
  * not through the context: `next({ ctx })` would copy the context into a
  * plain object, and a context built as a class instance would lose its methods.
  */
-export const idempotentCall: AsyncLocalStorage<IdempotentCall> = (registry[key] ??= new AsyncLocalStorage<IdempotentCall>());
+export const idempotentCall: AsyncLocalStorage<IdempotentCall> = (registry[key] ??=
+  new AsyncLocalStorage<IdempotentCall>());
 
 // A brand, shared by every copy of this package, rather than a WeakSet: a weak
 // collection that every call enters slows down each young-generation GC.

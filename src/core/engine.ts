@@ -1,8 +1,14 @@
 import { type Call, type EngineScope, newToken } from './call.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
-import { IdempotencyConfigError, IdempotencyError, inProgressError, isIdempotencyError, storeFailureKind } from './errors.js';
-import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { idempotentCall } from './context.js';
+import {
+  IdempotencyConfigError,
+  IdempotencyError,
+  inProgressError,
+  isIdempotencyError,
+  storeFailureKind,
+} from './errors.js';
+import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { fingerprint } from './fingerprint.js';
 import { type Answer, guardStore } from './guarded-store.js';
 import { nameOfRecordId, recordId } from './key.js';
@@ -118,18 +124,24 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
   // initialized config
   const now = options.now ?? Date.now;
   if (typeof now !== 'function') {
-    throw new IdempotencyConfigError(`idempotency options: now must be a function that returns the time in ms, got ${typeof now}.`);
+    throw new IdempotencyConfigError(
+      `idempotency options: now must be a function that returns the time in ms, got ${typeof now}.`,
+    );
   }
   const { store } = options;
   checkStore(store);
   if (options.storeTimeout !== undefined) timerMs(options.storeTimeout, 'storeTimeout', 'idempotency options');
   const retryAfter = options.retryAfter ?? 1;
   if (!Number.isInteger(retryAfter) || retryAfter < 0) {
-    throw new IdempotencyConfigError(`idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`);
+    throw new IdempotencyConfigError(
+      `idempotency options: retryAfter must be a whole number of seconds >= 0, got ${String(retryAfter)}.`,
+    );
   }
   const onEvent = options.onEvent;
   if (onEvent !== undefined && typeof onEvent !== 'function') {
-    throw new IdempotencyConfigError(`idempotency options: onEvent must be a function that takes an event, got ${typeof onEvent}.`);
+    throw new IdempotencyConfigError(
+      `idempotency options: onEvent must be a function that takes an event, got ${typeof onEvent}.`,
+    );
   }
   const storeName = store.name ?? 'custom';
   const defaults = resolvePolicy(options, {}, 'idempotency options');
@@ -147,7 +159,9 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
   }
   const scope: EngineScope = { store: guardStore(store), emit, observed: onEvent !== undefined, now, retryAfter };
   if (onEvent !== undefined) {
-    store.onEvicted?.((id) => emit({ result: 'evicted', name: nameOfRecordId(id), keyHash: hashRecordId(id), durationMs: 0 }));
+    store.onEvicted?.((id) =>
+      emit({ result: 'evicted', name: nameOfRecordId(id), keyHash: hashRecordId(id), durationMs: 0 }),
+    );
   }
 
   async function execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
@@ -196,21 +210,37 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
   }
 
   /** The stored outcome, as the first run returned it (or the error saying it cannot be replayed). */
-  function replay<T>(call: Call, stored: { state: 'completed' | 'failed'; body?: string | undefined }, durationMs: number): ExecuteResult<T> {
+  function replay<T>(
+    call: Call,
+    stored: { state: 'completed' | 'failed'; body?: string | undefined },
+    durationMs: number,
+  ): ExecuteResult<T> {
     const { state } = stored;
     const body = stored.body ?? '';
     const marker = state === 'failed' ? markerOf(body) : undefined;
     if (onEvent !== undefined) {
       const bytes = marker === undefined ? Buffer.byteLength(body) : 0;
-      emit({ result: 'replayed', name: call.name, keyHash: call.keyHash, durationMs, state, bytes, ...(marker === undefined ? {} : { reason: marker }) });
+      emit({
+        result: 'replayed',
+        name: call.name,
+        keyHash: call.keyHash,
+        durationMs,
+        state,
+        bytes,
+        ...(marker === undefined ? {} : { reason: marker }),
+      });
     }
     if (state === 'completed') return { ok: true, value: call.codec.deserialize(body) as T, replayed: true };
-    if (marker !== undefined) return { ok: false, error: markerError(marker, call.policy.maxResponseBytes), replayed: true };
+    if (marker !== undefined)
+      return { ok: false, error: markerError(marker, call.policy.maxResponseBytes), replayed: true };
     return { ok: false, error: call.codec.deserializeError(body), replayed: true };
   }
 
   /** The claim failed: 409 on contention, run unprotected on an outage when failing open, else 503. */
-  async function storeFailed<T>(call: Call, failed: { input: ExecuteInput<T>; error: unknown; durationMs: number }): Promise<ExecuteResult<T>> {
+  async function storeFailed<T>(
+    call: Call,
+    failed: { input: ExecuteInput<T>; error: unknown; durationMs: number },
+  ): Promise<ExecuteResult<T>> {
     const { name, keyHash, policy } = call;
     const { input, error, durationMs } = failed;
     emit({ result: 'store_error', name, keyHash, durationMs, operation: 'claim', error: describeError(error) });
@@ -264,7 +294,9 @@ function isWaitMode(policy: ResolvedPolicy): boolean {
 
 function checkTransaction(policy: ResolvedPolicy, store: IdempotencyStore, where: string): void {
   if (policy.transaction && store.transaction === undefined) {
-    throw new IdempotencyConfigError(`${where}: transaction: true needs a store with transactions (the Drizzle store); this store has none.`);
+    throw new IdempotencyConfigError(
+      `${where}: transaction: true needs a store with transactions (the Drizzle store); this store has none.`,
+    );
   }
 }
 

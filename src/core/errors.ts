@@ -62,7 +62,11 @@ export class IdempotencyError extends Error {
 /** The 409 of a key in flight: {@link IN_PROGRESS_MESSAGE}, why (when there is more to say), and when to retry. */
 export function inProgressError(retryAfter: number, why?: string): IdempotencyError {
   const detail = why === undefined ? '' : `: ${why}`;
-  return new IdempotencyError('in_progress', `${IN_PROGRESS_MESSAGE}${detail}. Retry with the same key after ${retryAfter} s.`, { retryAfter });
+  return new IdempotencyError(
+    'in_progress',
+    `${IN_PROGRESS_MESSAGE}${detail}. Retry with the same key after ${retryAfter} s.`,
+    { retryAfter },
+  );
 }
 
 /**
@@ -159,5 +163,7 @@ export function storeFailure(kind: StoreFailureKind, error: unknown): Error {
 
 /** The kind a store gave a failure with {@link storeFailure}, if any. */
 export function storeFailureKind(error: unknown): StoreFailureKind | undefined {
-  return typeof error === 'object' && error !== null ? ((error as Record<symbol, StoreFailureKind | undefined>)[failureKind] ?? undefined) : undefined;
+  return typeof error === 'object' && error !== null
+    ? ((error as Record<symbol, StoreFailureKind | undefined>)[failureKind] ?? undefined)
+    : undefined;
 }

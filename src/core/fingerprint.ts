@@ -28,7 +28,9 @@ const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 
  */
 export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<string>): string {
   const text = `${name}\n${canonicalize(input, exclude)}`;
-  return oneShot === undefined ? crypto.createHash('sha256').update(text).digest('base64url') : oneShot('sha256', text, 'base64url');
+  return oneShot === undefined
+    ? crypto.createHash('sha256').update(text).digest('base64url')
+    : oneShot('sha256', text, 'base64url');
 }
 
 function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
@@ -109,7 +111,7 @@ function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, a
   } else if (typeof FormData !== 'undefined' && value instanceof FormData) {
     const entries: string[] = [];
     for (const [k, v] of value) {
-      if (exclude !== undefined && exclude.has(k)) continue;
+      if (exclude?.has(k)) continue;
       if (typeof v !== 'string') throw unsupported('a file inside FormData');
       entries.push(`${JSON.stringify(k)}=${JSON.stringify(v)}`);
     }
@@ -130,7 +132,7 @@ function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, a
     }
     let first = true;
     for (const k of keys) {
-      if (exclude !== undefined && exclude.has(k)) continue;
+      if (exclude?.has(k)) continue;
       const v = (value as Record<string, unknown>)[k];
       // An undefined property is absent, as it is on the JSON wire.
       if (v === undefined) continue;

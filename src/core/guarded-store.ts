@@ -1,6 +1,6 @@
+import type { Call } from './call.js';
 import { IdempotencyError, storeFailure } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
-import type { Call } from './call.js';
 import type { ClaimResult, IdempotencyStore } from './store.js';
 import { engineTime, StoreClock } from './store-clock.js';
 import { withTimeout } from './timing.js';
@@ -42,7 +42,13 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
   const clock = new StoreClock();
 
   function timedOut(operation: Operation, timeout: number): Error {
-    return storeFailure('unavailable', new IdempotencyError('store_unavailable', `The idempotency store did not answer ${operation} within ${timeout} ms.`));
+    return storeFailure(
+      'unavailable',
+      new IdempotencyError(
+        'store_unavailable',
+        `The idempotency store did not answer ${operation} within ${timeout} ms.`,
+      ),
+    );
   }
 
   function call<T>(operation: Operation, timeout: number, fn: () => Promise<T>): Promise<T> {
@@ -61,14 +67,19 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
     for (let attempt = 1; ; attempt++) {
       const sentAt = engineTime();
       const deadline = clock.deadline(sentAt, timeout);
-      const pending = start(() => store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }));
+      const pending = start(() =>
+        store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }),
+      );
       let result: ClaimResult;
       try {
         result = await withTimeout(pending, timeout, () => timedOut('claim', timeout));
       } catch (error) {
         // A claim that lands after we gave up (a store without deadlines, or one
         // answered just in time) must not keep the key for lockTtl: give it back.
-        pending.then((late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop), noop);
+        pending.then(
+          (late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop),
+          noop,
+        );
         throw error;
       }
       if (result.time !== undefined) clock.observe(sentAt, result.time);
@@ -76,7 +87,13 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
       // Answered in time, but the store's clock is ahead of what we knew of it:
       // this answer taught us by how much, so the claim is sent once more.
       if (attempt === 2) {
-        throw storeFailure('unavailable', new IdempotencyError('store_unavailable', 'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.'));
+        throw storeFailure(
+          'unavailable',
+          new IdempotencyError(
+            'store_unavailable',
+            'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.',
+          ),
+        );
       }
     }
   }

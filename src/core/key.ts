@@ -37,7 +37,9 @@ export function parseIdempotencyKey(raw: string, headerName = 'Idempotency-Key')
 
 function unquote(raw: string, headerName: string): string {
   if (raw.charCodeAt(raw.length - 1) !== 0x22) {
-    throw invalid(`${headerName} starts with a double quote but does not end with one. Send the key bare or as a quoted string.`);
+    throw invalid(
+      `${headerName} starts with a double quote but does not end with one. Send the key bare or as a quoted string.`,
+    );
   }
   let out = '';
   for (let i = 1; i < raw.length - 1; i++) {
@@ -82,5 +84,7 @@ export function recordId(scope: string | undefined, name: string, key: string): 
 /** The operation name inside a record id (for events about a record known only by its id). */
 export function nameOfRecordId(id: string): string {
   const name = id.split(':')[1] ?? '';
-  return name.includes('%') ? name.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16))) : name;
+  return name.includes('%')
+    ? name.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+    : name;
 }

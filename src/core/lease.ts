@@ -46,25 +46,28 @@ export function startLease(options: LeaseOptions): Lease {
     lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
     controller?.abort(lostWith);
   };
-  const timer = setInterval(() => {
-    if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
-    if (inFlight) return;
-    inFlight = true;
-    const attemptAt = now();
-    extend().then(
-      (held) => {
-        inFlight = false;
-        if (held) confirmedAt = attemptAt;
-        else lose('fenced');
-      },
-      (error) => {
-        inFlight = false;
-        onError(error);
-        // Unconfirmed for a whole lockTtl: the claim has expired in the store.
-        if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
-      },
-    );
-  }, Math.max(Math.floor(lockTtl / 3), 1));
+  const timer = setInterval(
+    () => {
+      if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
+      if (inFlight) return;
+      inFlight = true;
+      const attemptAt = now();
+      extend().then(
+        (held) => {
+          inFlight = false;
+          if (held) confirmedAt = attemptAt;
+          else lose('fenced');
+        },
+        (error) => {
+          inFlight = false;
+          onError(error);
+          // Unconfirmed for a whole lockTtl: the claim has expired in the store.
+          if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
+        },
+      );
+    },
+    Math.max(Math.floor(lockTtl / 3), 1),
+  );
   timer.unref();
 
   function stop() {

@@ -141,7 +141,12 @@ export function resolvePolicy(
   if (inFlight !== 'reject' && inFlight !== 'wait') {
     throw new IdempotencyConfigError(`${where}: inFlight must be 'reject' or 'wait', got ${JSON.stringify(inFlight)}.`);
   }
-  if (typeof waitTimeout !== 'number' || !Number.isFinite(waitTimeout) || waitTimeout < 0 || waitTimeout > MAX_TIMER_MS) {
+  if (
+    typeof waitTimeout !== 'number' ||
+    !Number.isFinite(waitTimeout) ||
+    waitTimeout < 0 ||
+    waitTimeout > MAX_TIMER_MS
+  ) {
     throw new IdempotencyConfigError(
       `${where}: waitTimeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (2^31 - 1, a Node.js timer's limit), got ${String(waitTimeout)}.`,
     );
@@ -152,7 +157,9 @@ export function resolvePolicy(
     );
   }
   if (!Number.isInteger(maxResponseBytes) || maxResponseBytes <= 0) {
-    throw new IdempotencyConfigError(`${where}: maxResponseBytes must be a positive integer, got ${String(maxResponseBytes)}.`);
+    throw new IdempotencyConfigError(
+      `${where}: maxResponseBytes must be a positive integer, got ${String(maxResponseBytes)}.`,
+    );
   }
   if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string' || f === '')) {
     throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (non-empty strings).`);
@@ -166,7 +173,9 @@ export function resolvePolicy(
     );
   }
   if (typeof transaction !== 'boolean') {
-    throw new IdempotencyConfigError(`${where}: transaction must be true or false, got ${JSON.stringify(transaction)}.`);
+    throw new IdempotencyConfigError(
+      `${where}: transaction must be true or false, got ${JSON.stringify(transaction)}.`,
+    );
   }
   return Object.freeze({
     transaction,
@@ -194,6 +203,8 @@ export function timerMs(value: unknown, name: string, where: string): asserts va
 
 export function positiveMs(value: unknown, name: string, where: string): asserts value is number {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new IdempotencyConfigError(`${where}: ${name} must be a positive number of milliseconds, got ${String(value)}.`);
+    throw new IdempotencyConfigError(
+      `${where}: ${name} must be a positive number of milliseconds, got ${String(value)}.`,
+    );
   }
 }

@@ -24,16 +24,21 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
     now: scope.now,
     extend: async () => {
       const renewStart = scope.observed ? performance.now() : 0;
-      const held = await store.call('extend', policy.storeTimeout, () => store.raw.extend({ id, token, lockTtl: policy.lockTtl }));
-      if (held && scope.observed) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
+      const held = await store.call('extend', policy.storeTimeout, () =>
+        store.raw.extend({ id, token, lockTtl: policy.lockTtl }),
+      );
+      if (held && scope.observed)
+        emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
       return held;
     },
-    onError: (error) => emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
+    onError: (error) =>
+      emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
     onLost: (reason) => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason }),
   });
   /** The claim was lost to another holder: reported once (the lease may have reported it already). */
   const fenced = () => {
-    if (!lease.wasLost()) emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
+    if (!lease.wasLost())
+      emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
   };
 
   let outcome: ExecuteResult<T>;
@@ -68,7 +73,12 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
 async function runInTransaction<T>(
   scope: EngineScope,
   call: Call,
-  run: { input: ExecuteInput<T>; lease: ReturnType<typeof startLease>; fenced: () => void; settled: (settlement: Settlement) => void },
+  run: {
+    input: ExecuteInput<T>;
+    lease: ReturnType<typeof startLease>;
+    fenced: () => void;
+    settled: (settlement: Settlement) => void;
+  },
 ): Promise<T> {
   const { store } = scope;
   const { id, token, policy } = call;

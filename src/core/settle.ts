@@ -28,11 +28,25 @@ export async function settle(scope: EngineScope, call: Call, run: RunReport): Pr
   if (settlement.kind === 'release') {
     try {
       const released = await store.call('release', policy.storeTimeout, () => store.raw.release({ id, token }));
-      if (released) emit({ result: 'released', name, keyHash, durationMs: performance.now() - settleStart, reason: settlement.reason });
+      if (released)
+        emit({
+          result: 'released',
+          name,
+          keyHash,
+          durationMs: performance.now() - settleStart,
+          reason: settlement.reason,
+        });
       else run.fenced();
     } catch (error) {
       // The claim expires after lockTtl anyway; the client's retry meets 409 until then.
-      emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'release', error: describeError(error) });
+      emit({
+        result: 'store_error',
+        name,
+        keyHash,
+        durationMs: performance.now() - settleStart,
+        operation: 'release',
+        error: describeError(error),
+      });
     }
     return;
   }
@@ -41,13 +55,27 @@ export async function settle(scope: EngineScope, call: Call, run: RunReport): Pr
   const completed = (late: boolean) => {
     if (!scope.observed) return;
     const why = reason ?? (late ? 'completed_late' : undefined);
-    emit({ result: 'completed', name, keyHash, durationMs: performance.now() - run.started, state, ...(why === undefined ? {} : { reason: why }) });
+    emit({
+      result: 'completed',
+      name,
+      keyHash,
+      durationMs: performance.now() - run.started,
+      state,
+      ...(why === undefined ? {} : { reason: why }),
+    });
   };
   let result: CompleteResult;
   try {
     result = await withTimeout(attempt(), policy.storeTimeout, () => store.timedOut('complete', policy.storeTimeout));
   } catch (error) {
-    emit({ result: 'store_error', name, keyHash, durationMs: performance.now() - settleStart, operation: 'complete', error: describeError(error) });
+    emit({
+      result: 'store_error',
+      name,
+      keyHash,
+      durationMs: performance.now() - settleStart,
+      operation: 'complete',
+      error: describeError(error),
+    });
     void completeLater(scope, call, { attempt, completed, fenced: run.fenced });
     return;
   }
@@ -99,7 +127,9 @@ async function completeLater(
       () => inFlight.delete(pending),
     );
     try {
-      const result = await withTimeout(pending, policy.storeTimeout, () => scope.store.timedOut('complete', policy.storeTimeout));
+      const result = await withTimeout(pending, policy.storeTimeout, () =>
+        scope.store.timedOut('complete', policy.storeTimeout),
+      );
       if (result !== 'held') return finish(result);
     } catch (error) {
       lastError = error;
@@ -110,5 +140,13 @@ async function completeLater(
   await Promise.allSettled([...inFlight]);
   if (done) return;
   done = true;
-  scope.emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'complete', reason: 'gave_up', error: describeError(lastError) });
+  scope.emit({
+    result: 'store_error',
+    name,
+    keyHash,
+    durationMs: 0,
+    operation: 'complete',
+    reason: 'gave_up',
+    error: describeError(lastError),
+  });
 }

@@ -14,7 +14,9 @@
  * stays an own property, as it is on tRPC's resolver options. `source` is
  * stored on the object (under a symbol), so attaching allocates no closure.
  */
-export function signalGetter<S>(read: (source: S) => AbortSignal): <T extends object>(target: T, source: S) => T & { readonly signal: AbortSignal } {
+export function signalGetter<S>(
+  read: (source: S) => AbortSignal,
+): <T extends object>(target: T, source: S) => T & { readonly signal: AbortSignal } {
   const key = Symbol('signalSource');
   const descriptor: PropertyDescriptor = {
     get(this: { [key]: S }) {

@@ -47,12 +47,12 @@ export interface ClaimAnswer {
 }
 
 export type ClaimResult = ClaimAnswer &
+  /**
+   * The record was absent or expired, or is the live claim of this very
+   * token (a claim sent again by a driver after a reconnect): the caller
+   * now holds the claim, for `lockTtl` from now.
+   */
   (
-    /**
-     * The record was absent or expired, or is the live claim of this very
-     * token (a claim sent again by a driver after a reconnect): the caller
-     * now holds the claim, for `lockTtl` from now.
-     */
     | { state: 'acquired' }
     /** Another caller holds a live claim. */
     | { state: 'in_progress'; fingerprint: string }

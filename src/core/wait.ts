@@ -37,7 +37,14 @@ export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortS
     } catch (error) {
       // A subscription that lands after we gave up must not leak its listener.
       pending.then((late) => late(), noop);
-      scope.emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'subscribe', error: describeError(error) });
+      scope.emit({
+        result: 'store_error',
+        name,
+        keyHash,
+        durationMs: 0,
+        operation: 'subscribe',
+        error: describeError(error),
+      });
     }
   }
   try {

@@ -1,5 +1,5 @@
 import { is, sql } from 'drizzle-orm';
-import { PgDatabase, PgTransaction, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError } from '../core/errors.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
@@ -97,7 +97,10 @@ function describe(value: unknown): string {
  *
  * @throws IdempotencyConfigError for a bad `db` or option, or a folder without migrations.
  */
-export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: MigrateIdempotencyKeysOptions = {}): Promise<MigrateIdempotencyKeysResult> {
+export async function migrateIdempotencyKeys(
+  db: AnyPgDatabase,
+  options: MigrateIdempotencyKeysOptions = {},
+): Promise<MigrateIdempotencyKeysResult> {
   if (is(db, PgTransaction)) {
     // A nested transaction is a savepoint: it cannot set its isolation level, and the lock would outlive it.
     throw new IdempotencyConfigError(
@@ -105,10 +108,14 @@ export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: Migrate
     );
   }
   if (!is(db, PgDatabase)) {
-    throw new IdempotencyConfigError('migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).');
+    throw new IdempotencyConfigError(
+      'migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).',
+    );
   }
   if (options === null || typeof options !== 'object') {
-    throw new IdempotencyConfigError(`migrateIdempotencyKeys: \`options\` must be an object, got ${describe(options)}.`);
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: \`options\` must be an object, got ${describe(options)}.`,
+    );
   }
   // A misspelt option would otherwise be ignored and the defaults used: a second journal, and the table created twice.
   const unknown = Object.keys(options).filter((key) => !(OPTION_NAMES as readonly string[]).includes(key));
@@ -121,7 +128,11 @@ export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: Migrate
   const table = identifier('migrationsTable', options.migrationsTable, '__trpc_idempotency_migrations');
   const { migrationsFolder } = options;
   const given = migrationsFolder !== undefined;
-  if (given && !(typeof migrationsFolder === 'string' && migrationsFolder.length > 0) && !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')) {
+  if (
+    given &&
+    !(typeof migrationsFolder === 'string' && migrationsFolder.length > 0) &&
+    !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')
+  ) {
     throw new IdempotencyConfigError(
       `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL, got ${describe(migrationsFolder)}. Leave it out to use this package's drizzle/ folder.`,
     );
@@ -151,11 +162,15 @@ export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: Migrate
     async (tx) => {
       // Every caller queues here; the winner's commit releases the next one.
       const [session] = rowsOf(
-        await tx.execute(sql`select pg_advisory_xact_lock(${sql.raw(LOCK_KEY)}::bigint), current_setting('transaction_isolation') as isolation`),
+        await tx.execute(
+          sql`select pg_advisory_xact_lock(${sql.raw(LOCK_KEY)}::bigint), current_setting('transaction_isolation') as isolation`,
+        ),
       );
       // Above READ COMMITTED the snapshot predates the lock: a waiter would miss the winner's journal rows and apply them again.
       if (session?.isolation !== 'read committed') {
-        throw new Error(`migrateIdempotencyKeys: the transaction runs at ${String(session?.isolation)}, not READ COMMITTED; this driver ignored the isolation level.`);
+        throw new Error(
+          `migrateIdempotencyKeys: the transaction runs at ${String(session?.isolation)}, not READ COMMITTED; this driver ignored the isolation level.`,
+        );
       }
       // Create only what is missing: CREATE ... IF NOT EXISTS still needs the CREATE privilege when the object exists.
       const [existing] = rowsOf(
@@ -164,10 +179,14 @@ export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: Migrate
       );
       if (existing?.has_schema !== true) await tx.execute(sql`create schema if not exists ${sql.identifier(schema)}`);
       if (existing?.has_journal !== true) {
-        await tx.execute(sql`create table if not exists ${journal} (id serial primary key, hash text not null, created_at bigint)`);
+        await tx.execute(
+          sql`create table if not exists ${journal} (id serial primary key, hash text not null, created_at bigint)`,
+        );
       }
       // Drizzle's rule: apply each migration newer than the last recorded one.
-      const [last] = rowsOf(await tx.execute(sql`select created_at from ${journal} order by created_at desc nulls last limit 1`));
+      const [last] = rowsOf(
+        await tx.execute(sql`select created_at from ${journal} order by created_at desc nulls last limit 1`),
+      );
       const lastMillis = last === undefined || last.created_at === null ? undefined : Number(last.created_at);
       let applied = 0;
       for (const migration of migrations) {
@@ -175,7 +194,9 @@ export async function migrateIdempotencyKeys(db: AnyPgDatabase, options: Migrate
         for (const statement of migration.sql) {
           if (statement.trim() !== '') await tx.execute(sql.raw(statement));
         }
-        await tx.execute(sql`insert into ${journal} (hash, created_at) values (${migration.hash}, ${migration.folderMillis})`);
+        await tx.execute(
+          sql`insert into ${journal} (hash, created_at) values (${migration.hash}, ${migration.folderMillis})`,
+        );
         applied++;
       }
       return { applied };

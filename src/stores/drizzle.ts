@@ -1,5 +1,6 @@
-import { sql, type SQL } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { idempotentCall } from '../core/context.js';
 import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
 import type {
   ClaimInput,
@@ -11,7 +12,6 @@ import type {
   IdempotencyStore,
   StoreTransaction,
 } from '../core/store.js';
-import { idempotentCall } from '../core/context.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
@@ -68,7 +68,8 @@ function rowsOf(result: unknown): Record<string, unknown>[] {
  */
 function sanitize(error: unknown): Error {
   const quotesQuery = error instanceof Error && error.message.startsWith('Failed query:');
-  const driverError = error instanceof Error && error.cause instanceof Error ? error.cause : quotesQuery ? undefined : error;
+  const driverError =
+    error instanceof Error && error.cause instanceof Error ? error.cause : quotesQuery ? undefined : error;
   if (driverError === undefined) return new Error('drizzleStore: a query failed (the driver gave no reason).');
   const message = driverError instanceof Error ? driverError.message : String(driverError);
   const sanitized = new Error(`drizzleStore: ${message}`, { cause: driverError });
@@ -93,7 +94,10 @@ function isOutage(error: unknown): boolean {
     if (code.startsWith('08') || /^(57P0[123]|53300|57014|55P03)$/.test(code)) return true;
     if (/^E[A-Z]+$/.test(code) || code.startsWith('CONNECT')) return true; // ECONNREFUSED, ECONNRESET...; postgres-js CONNECTION_*
   }
-  return typeof message === 'string' && /connection|terminated|timeout exceeded when trying to connect|not queryable/i.test(message);
+  return (
+    typeof message === 'string' &&
+    /connection|terminated|timeout exceeded when trying to connect|not queryable/i.test(message)
+  );
 }
 
 /**
@@ -103,7 +107,8 @@ function isOutage(error: unknown): boolean {
  */
 const encodeBody = (body: string): string =>
   body.charCodeAt(0) === 1 || body.includes('\u0000') ? `\u0001${Buffer.from(body).toString('base64')}` : body;
-const decodeBody = (stored: string): string => (stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored);
+const decodeBody = (stored: string): string =>
+  stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored;
 
 const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
 
@@ -123,8 +128,15 @@ const CONFLICT_ATTEMPTS = 10;
 export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb> {
   // initialized config
   const { db } = options;
-  if (db === undefined || db === null || typeof (db as AnyPgDatabase).execute !== 'function' || typeof (db as AnyPgDatabase).transaction !== 'function') {
-    throw new IdempotencyConfigError('drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).');
+  if (
+    db === undefined ||
+    db === null ||
+    typeof (db as AnyPgDatabase).execute !== 'function' ||
+    typeof (db as AnyPgDatabase).transaction !== 'function'
+  ) {
+    throw new IdempotencyConfigError(
+      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).',
+    );
   }
   /** One statement on `executor`; outside a transaction, a serialization failure runs it again. */
   const run = async (executor: AnyPgDatabase, query: SQL, retryConflicts = executor === db) => {
@@ -186,8 +198,11 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     if ((await run(executor, completeQuery(input))).length === 1) return 'stored';
     // Refused (rare): say by what. A row committed after that statement began may be
     // invisible here; it can only be another claim's, so no row reads as held.
-    const [row] = await run(executor, sql`
-      select state from idempotency_keys where id = ${input.id} and expires_at > statement_timestamp()`);
+    const [row] = await run(
+      executor,
+      sql`
+      select state from idempotency_keys where id = ${input.id} and expires_at > statement_timestamp()`,
+    );
     return row === undefined || row.state === 'in_progress' ? 'held' : 'finished';
   };
 
@@ -211,24 +226,33 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
           ? { state, time, fingerprint }
           : { state, time, fingerprint, body: decodeBody(String(row.body)) };
       }
-      throw storeFailure('contention', new Error(`drizzleStore: the claim did not settle after ${SNAPSHOT_ATTEMPTS} attempts under contention.`));
+      throw storeFailure(
+        'contention',
+        new Error(`drizzleStore: the claim did not settle after ${SNAPSHOT_ATTEMPTS} attempts under contention.`),
+      );
     },
 
     complete: (input: CompleteInput) => complete(db, input),
 
     async release({ id, token }: FencedInput): Promise<boolean> {
-      const rows = await run(db, sql`
+      const rows = await run(
+        db,
+        sql`
         delete from idempotency_keys
          where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
-        returning 1`);
+        returning 1`,
+      );
       return rows.length === 1;
     },
 
     async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
-      const rows = await run(db, sql`
+      const rows = await run(
+        db,
+        sql`
         update idempotency_keys set expires_at = statement_timestamp() + ${ms(lockTtl)}
          where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
-        returning 1`);
+        returning 1`,
+      );
       return rows.length === 1;
     },
 
@@ -251,14 +275,21 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       return tx as TransactionOf<TDb>;
     },
 
-    async purgeExpired({ batchSize = 1_000, maxBatches = Number.POSITIVE_INFINITY }: PurgeOptions = {}): Promise<number> {
+    async purgeExpired({
+      batchSize = 1_000,
+      maxBatches = Number.POSITIVE_INFINITY,
+    }: PurgeOptions = {}): Promise<number> {
       if (!Number.isInteger(batchSize) || batchSize < 1) {
-        throw new IdempotencyConfigError(`purgeExpired: batchSize must be a positive integer, got ${String(batchSize)}.`);
+        throw new IdempotencyConfigError(
+          `purgeExpired: batchSize must be a positive integer, got ${String(batchSize)}.`,
+        );
       }
       let total = 0;
       for (let batch = 0; batch < maxBatches; batch++) {
         // SKIP LOCKED: never wait for, nor block, a row someone is working on.
-        const [row] = await run(db, sql`
+        const [row] = await run(
+          db,
+          sql`
           with gone as (
             delete from idempotency_keys
              where id in (select id from idempotency_keys
@@ -266,7 +297,8 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
                            order by expires_at limit ${batchSize}
                            for update skip locked)
             returning 1)
-          select count(*)::int as n from gone`);
+          select count(*)::int as n from gone`,
+        );
         const n = Number(row?.n ?? 0);
         total += n;
         if (n < batchSize) break;

@@ -67,7 +67,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     );
   }
   if (typeof now !== 'function') {
-    throw new IdempotencyConfigError(`memoryStore: now must be a function that returns the time in ms, got ${typeof now}.`);
+    throw new IdempotencyConfigError(
+      `memoryStore: now must be a function that returns the time in ms, got ${typeof now}.`,
+    );
   }
   // Insertion order is age order: a record is re-inserted when it completes.
   const records = new Map<string, MemoryRecord>();

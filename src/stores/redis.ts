@@ -70,7 +70,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     throw new IdempotencyConfigError('redisStore: `client` must be an ioredis Redis or Cluster instance.');
   }
   if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
-    throw new IdempotencyConfigError('redisStore: `prefix` must be a string without braces (the store adds the hash tag).');
+    throw new IdempotencyConfigError(
+      'redisStore: `prefix` must be a string without braces (the store adds the hash tag).',
+    );
   }
   const channel = `${prefix}settled`;
   const keyOf = (id: string) => `${prefix}{${id}}`;
@@ -127,7 +129,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     keyOf,
 
     async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
-      const args = [token, fingerprint, Math.ceil(lockTtl), waiting ? '1' : '0', deadline === undefined ? '' : Math.floor(deadline)];
+      const args = [
+        token,
+        fingerprint,
+        Math.ceil(lockTtl),
+        waiting ? '1' : '0',
+        deadline === undefined ? '' : Math.floor(deadline),
+      ];
       const reply = (await run(CLAIM, keyOf(id), args)) as [string, string | number, string?];
       const state = reply[0];
       if (state === 'a') return { state: 'acquired', time: reply[1] as number };
@@ -142,7 +150,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
-      const reply = await run(COMPLETE, key, [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key]);
+      const reply = await run(COMPLETE, key, [
+        token,
+        state === 'completed' ? 'c' : 'f',
+        body,
+        Math.ceil(ttl),
+        channel,
+        fingerprint,
+        key,
+      ]);
       const result = COMPLETED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
       return result;

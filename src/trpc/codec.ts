@@ -1,4 +1,4 @@
-import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer } from '@trpc/server';
+import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, TRPCError } from '@trpc/server';
 import { getHTTPStatusCodeFromError } from '@trpc/server/http';
 import type { OutcomeCodec } from '../core/codec.js';
 

@@ -1,5 +1,5 @@
-import { TRPCError } from '@trpc/server';
 import type { TRPC_ERROR_CODE_KEY } from '@trpc/server';
+import { TRPCError } from '@trpc/server';
 import { findIdempotencyError, type IdempotencyError, type IdempotencyErrorReason } from '../core/errors.js';
 
 const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {
@@ -34,7 +34,9 @@ export interface IdempotencyErrorData {
 export function idempotencyErrorData(error: unknown): IdempotencyErrorData | undefined {
   const found = findIdempotencyError(error);
   if (found === undefined) return undefined;
-  return found.retryAfter === undefined ? { reason: found.reason } : { reason: found.reason, retryAfter: found.retryAfter };
+  return found.retryAfter === undefined
+    ? { reason: found.reason }
+    : { reason: found.reason, retryAfter: found.retryAfter };
 }
 
 /**

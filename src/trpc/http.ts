@@ -69,8 +69,9 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
     }
     // Node joins repeated values with ", ": a value without a comma was sent once, and
     // headersDistinct (built for every header on first read) need not be consulted.
-    if (value !== undefined && value.includes(',')) {
-      const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)?.headersDistinct?.[name];
+    if (value?.includes(',')) {
+      const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)
+        ?.headersDistinct?.[name];
       if (distinct !== undefined && distinct.length > 1) throw sentTimes(label, distinct.length);
     }
   }
@@ -91,7 +92,13 @@ function sentTimes(label: string, times: number): IdempotencyError {
 /** True when the context comes from tRPC's WebSocket adapter (`res` is the socket). */
 export function isWebSocket(ctx: unknown): boolean {
   const res = (ctx as { res?: { send?: unknown; ping?: unknown; setHeader?: unknown } } | undefined)?.res;
-  return res !== undefined && res !== null && typeof res.ping === 'function' && typeof res.send === 'function' && res.setHeader === undefined;
+  return (
+    res !== undefined &&
+    res !== null &&
+    typeof res.ping === 'function' &&
+    typeof res.send === 'function' &&
+    res.setHeader === undefined
+  );
 }
 
 /**
@@ -109,7 +116,10 @@ export function readKeyHeader(ctx: unknown, header: string, batchIndex: number, 
   if (batchIndex !== 0) return indexed;
   const plain = readHeader(ctx, header, label);
   if (indexed !== undefined && plain !== undefined && indexed !== plain) {
-    throw new IdempotencyError('key_invalid', `Call 0 of this batch has two different keys, in ${label} and ${label}-0. Send one of them.`);
+    throw new IdempotencyError(
+      'key_invalid',
+      `Call 0 of this batch has two different keys, in ${label} and ${label}-0. Send one of them.`,
+    );
   }
   return indexed ?? plain;
 }

@@ -1,11 +1,11 @@
-import { getTRPCErrorFromUnknown, TRPCError, type TRPCCombinedDataTransformer } from '@trpc/server';
-import type { IdempotencyEngine, IdempotencyEngineOptions } from '../core/engine.js';
-import { createIdempotencyEngine } from '../engine.js';
+import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, TRPCError } from '@trpc/server';
+import { idempotentCall, isClaimedCall } from '../core/context.js';
+import type { ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions } from '../core/engine.js';
 import { IdempotencyConfigError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
-import { idempotentCall, isClaimedCall } from '../core/context.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { signalGetter } from '../core/signal-getter.js';
+import { createIdempotencyEngine } from '../engine.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
 import { batchOf, hasRequestHeaders, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
@@ -63,11 +63,12 @@ export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptio
    * callers, a key inside the input). Return `undefined` for "no key".
    * @default the `header` of the request found in `ctx.req`, `ctx.request` or `ctx.headers`
    */
-  getKey?: (opts: { ctx: TContext; path: string; batchIndex: number; input: unknown }) =>
-    | string
-    | null
-    | undefined
-    | Promise<string | null | undefined>;
+  getKey?: (opts: {
+    ctx: TContext;
+    path: string;
+    batchIndex: number;
+    input: unknown;
+  }) => string | null | undefined | Promise<string | null | undefined>;
   /** An engine to share with other builders or with non-tRPC consumers; the options above then only configure the adapter. */
   engine?: IdempotencyEngine;
   /**
@@ -114,7 +115,11 @@ interface AnyBuilder {
   mutation(resolver: (opts: any) => any): any;
 }
 /** The context a resolver of `B` gets, after its middlewares. */
-type ContextOf<B> = B extends { mutation(resolver: (opts: infer O) => any): any } ? (O extends { ctx: infer C } ? C : never) : never;
+type ContextOf<B> = B extends { mutation(resolver: (opts: infer O) => any): any }
+  ? O extends { ctx: infer C }
+    ? C
+    : never
+  : never;
 
 /**
  * Makes every mutation built from `base` idempotent. Chain `.input()`,
@@ -202,7 +207,8 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           return idempotentCall.exit(() => resolver(opts));
         }
         engine.emit({ result: 'rejected', name: procedurePath, durationMs: 0, reason: 'key_missing' });
-        const where = batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
+        const where =
+          batchIndex > 0 ? ` This call is #${batchIndex} of a batch: send ${headerLabel}-${batchIndex}.` : '';
         throw toTRPCError(
           new IdempotencyError(
             'key_missing',
@@ -219,9 +225,10 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         throw isIdempotencyError(error) ? toTRPCError(error) : error;
       }
 
-      const scopeValue = scope === undefined ? undefined : checkScope(await scope({ ctx, path: procedurePath }), procedurePath);
+      const scopeValue =
+        scope === undefined ? undefined : checkScope(await scope({ ctx, path: procedurePath }), procedurePath);
 
-      let result;
+      let result: ExecuteResult<unknown>;
       try {
         result = await engine.execute({
           key,
@@ -276,7 +283,9 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             }
             const overrides = meta as IdempotencyProcedureOptions | undefined;
             if (overrides?.required !== undefined && typeof overrides.required !== 'boolean') {
-              throw new IdempotencyConfigError(`${where}: required must be true or false; got ${describeValue(overrides.required)}.`);
+              throw new IdempotencyConfigError(
+                `${where}: required must be true or false; got ${describeValue(overrides.required)}.`,
+              );
             }
             const policy = overrides === undefined ? engine.defaults : engine.policy(overrides, where);
             const required = overrides?.required ?? defaultRequired;
@@ -310,7 +319,9 @@ function checkOptions(base: unknown, options: unknown): void {
     );
   }
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    throw new IdempotencyConfigError(`withIdempotency: options must be an object (or omitted); got ${describeValue(options)}.`);
+    throw new IdempotencyConfigError(
+      `withIdempotency: options must be an object (or omitted); got ${describeValue(options)}.`,
+    );
   }
   const o = options as Record<string, unknown>;
   if (o.scope !== undefined && typeof o.scope !== 'function') {
@@ -324,7 +335,9 @@ function checkOptions(base: unknown, options: unknown): void {
     );
   }
   if (o.required !== undefined && typeof o.required !== 'boolean') {
-    throw new IdempotencyConfigError(`withIdempotency: required must be true or false; got ${describeValue(o.required)}.`);
+    throw new IdempotencyConfigError(
+      `withIdempotency: required must be true or false; got ${describeValue(o.required)}.`,
+    );
   }
   for (const [name, example] of [
     ['header', 'Idempotency-Key'],
@@ -342,8 +355,10 @@ function checkOptions(base: unknown, options: unknown): void {
     const missing =
       typeof engine !== 'object' || engine === null
         ? describeValue(engine)
-        : (['execute', 'policy', 'emit'] as const).filter((method) => typeof engine[method] !== 'function').map((method) => `an object without ${method}()`)[0] ??
-          (typeof engine.defaults !== 'object' || engine.defaults === null ? 'an object without defaults' : undefined);
+        : ((['execute', 'policy', 'emit'] as const)
+            .filter((method) => typeof engine[method] !== 'function')
+            .map((method) => `an object without ${method}()`)[0] ??
+          (typeof engine.defaults !== 'object' || engine.defaults === null ? 'an object without defaults' : undefined));
     if (missing !== undefined) {
       throw new IdempotencyConfigError(
         `withIdempotency: engine must be an engine made by createIdempotencyEngine(); got ${missing}. Leave it out to let withIdempotency make one.`,
@@ -360,7 +375,10 @@ function checkOptions(base: unknown, options: unknown): void {
  * results were stored as plain JSON replays a Date as a string and a BigInt
  * as an error, without a word.
  */
-function routerTransformer(base: AnyBuilder, given: DataTransformerOption | null | undefined): TRPCCombinedDataTransformer | undefined {
+function routerTransformer(
+  base: AnyBuilder,
+  given: DataTransformerOption | null | undefined,
+): TRPCCombinedDataTransformer | undefined {
   const config = (base._def as { config?: { transformer?: TRPCCombinedDataTransformer } }).config;
   const own = config?.transformer;
   if (given === undefined) {
@@ -374,7 +392,12 @@ function routerTransformer(base: AnyBuilder, given: DataTransformerOption | null
   }
   const combined = given === null ? undefined : combine(given);
   // initTRPC keeps the transformer it was given as `output` (or the pair as is): the same object, or not the router's.
-  if (own !== undefined && combined !== undefined && own.output !== combined.output && own.output.serialize !== combined.output.serialize) {
+  if (
+    own !== undefined &&
+    combined !== undefined &&
+    own.output !== combined.output &&
+    own.output.serialize !== combined.output.serialize
+  ) {
     throw new IdempotencyConfigError(
       'withIdempotency: transformer is not the one the router was created with (initTRPC.create({ transformer })). Pass the same one, or leave the option out (this @trpc/server reads it from the builder).',
     );
@@ -399,7 +422,12 @@ function combine(given: DataTransformerOption): TRPCCombinedDataTransformer {
 /** superjson's default export is a class with static methods: a function, not an object. */
 function isTransformer(value: unknown): value is TRPCCombinedDataTransformer['output'] {
   const t = value as { serialize?: unknown; deserialize?: unknown } | null | undefined;
-  return (typeof t === 'object' || typeof t === 'function') && t !== null && typeof t.serialize === 'function' && typeof t.deserialize === 'function';
+  return (
+    (typeof t === 'object' || typeof t === 'function') &&
+    t !== null &&
+    typeof t.serialize === 'function' &&
+    typeof t.deserialize === 'function'
+  );
 }
 
 /** tRPC's default transformer passes values through untouched. */
@@ -414,7 +442,8 @@ function isIdentity(transformer: TRPCCombinedDataTransformer): boolean {
 
 /** How a configuration message names a value it refuses: `the string "yes"`, `the number 5`, `an object`... */
 function describeValue(value: unknown): string {
-  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value)}`;
+  if (typeof value === 'string')
+    return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value)}`;
   if (typeof value === 'number') return `the number ${String(value)}`;
   if (value === null || value === undefined || typeof value === 'boolean') return String(value);
   return describeType(value);

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { IdempotencyStore } from '../../src/index.js';
-import type { ClaimInput, ClaimResult } from '../../src/core.js';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
+import type { ClaimInput, ClaimResult } from '../../src/core.js';
+import type { IdempotencyStore } from '../../src/index.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
 
@@ -35,7 +35,9 @@ export function describeStoreContract(
     it('claims an absent record, then reports it in progress with its fingerprint', async () => {
       const { store } = await create();
       const rec = id();
-      expect(await claim(store, { id: rec, fingerprint: 'fp1', token: 'a', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp1', token: 'a', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
       expect(await claim(store, { id: rec, fingerprint: 'fp1', token: 'b', lockTtl: LOCK })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp1',
@@ -51,7 +53,9 @@ export function describeStoreContract(
       const rec = id();
       // lockTtl long enough that the claim cannot expire while a busy machine serves the other 49
       const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) => store.claim({ id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 })),
+        Array.from({ length: 50 }, (_, i) =>
+          store.claim({ id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 }),
+        ),
       );
       expect(results.filter((r) => r.state === 'acquired')).toHaveLength(1);
       expect(results.filter((r) => r.state === 'in_progress')).toHaveLength(49);
@@ -61,7 +65,16 @@ export function describeStoreContract(
       const { store } = await create();
       const rec = id();
       await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: '{"ok":1}', ttl: 60_000 })).toBe('stored');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'a',
+          state: 'completed',
+          body: '{"ok":1}',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
       expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
@@ -77,7 +90,14 @@ export function describeStoreContract(
       const { store } = await create();
       const failed = id();
       await claim(store, { id: failed, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ fingerprint: 'fp', id: failed, token: 'a', state: 'failed', body: '{"code":"BAD_REQUEST"}', ttl: 60_000 });
+      await store.complete({
+        fingerprint: 'fp',
+        id: failed,
+        token: 'a',
+        state: 'failed',
+        body: '{"code":"BAD_REQUEST"}',
+        ttl: 60_000,
+      });
       expect(await claim(store, { id: failed, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
         state: 'failed',
         body: '{"code":"BAD_REQUEST"}',
@@ -86,7 +106,9 @@ export function describeStoreContract(
       const empty = id();
       await claim(store, { id: empty, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
       await store.complete({ fingerprint: 'fp', id: empty, token: 'a', state: 'completed', body: '', ttl: 60_000 });
-      expect(await claim(store, { id: empty, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ body: '' });
+      expect(await claim(store, { id: empty, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+        body: '',
+      });
 
       const large = id();
       const body = 'é€😀'.repeat(100_000);
@@ -100,18 +122,59 @@ export function describeStoreContract(
       const { store } = await create();
       const rec = id();
       await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: LOCK });
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'intruder', state: 'completed', body: 'x', ttl: 60_000 })).toBe('held');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'intruder',
+          state: 'completed',
+          body: 'x',
+          ttl: 60_000,
+        }),
+      ).toBe('held');
       expect(await store.release({ id: rec, token: 'intruder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toEqual({
+        state: 'in_progress',
+        fingerprint: 'fp',
+      });
       // a completed record: its holder's completion sent twice succeeds again (a driver's
       // re-send after a reconnect), anyone else's is refused, and it cannot be released
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe('stored');
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'first', ttl: 60_000 })).toBe('stored');
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'intruder', state: 'completed', body: 'other', ttl: 60_000 })).toBe('finished');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'holder',
+          state: 'completed',
+          body: 'first',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'holder',
+          state: 'completed',
+          body: 'first',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'intruder',
+          state: 'completed',
+          body: 'other',
+          ttl: 60_000,
+        }),
+      ).toBe('finished');
       expect(await store.release({ id: rec, token: 'holder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'holder', lockTtl: LOCK })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'y', lockTtl: LOCK })).toMatchObject({ body: 'first' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'y', lockTtl: LOCK })).toMatchObject({
+        body: 'first',
+      });
     });
 
     it('release frees the key for a new claim', async () => {
@@ -119,7 +182,9 @@ export function describeStoreContract(
       const rec = id();
       await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
       expect(await store.release({ id: rec, token: 'a' })).toBe(true);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
     });
 
     it('an expired claim is taken over, and the old holder is fenced out', async () => {
@@ -127,13 +192,44 @@ export function describeStoreContract(
       const rec = id();
       await claim(store, { id: rec, fingerprint: 'fp', token: 'old', lockTtl: LOCK });
       await advance(LOCK + 100);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
       expect(await store.extend({ id: rec, token: 'old', lockTtl: LOCK })).toBe(false);
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe('held');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'old',
+          state: 'completed',
+          body: 'stale',
+          ttl: 60_000,
+        }),
+      ).toBe('held');
       expect(await store.release({ id: rec, token: 'old' })).toBe(false);
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'new', state: 'completed', body: 'fresh', ttl: 60_000 })).toBe('stored');
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'stale', ttl: 60_000 })).toBe('finished');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'z', lockTtl: LOCK })).toMatchObject({ body: 'fresh' });
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'new',
+          state: 'completed',
+          body: 'fresh',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'old',
+          state: 'completed',
+          body: 'stale',
+          ttl: 60_000,
+        }),
+      ).toBe('finished');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'z', lockTtl: LOCK })).toMatchObject({
+        body: 'fresh',
+      });
     });
 
     it('extend keeps a claim alive past its original lifetime', async () => {
@@ -145,8 +241,12 @@ export function describeStoreContract(
         expect(await store.extend({ id: rec, token: 'a', lockTtl: LOCK })).toBe(true);
       }
       // 1.5 x lockTtl after the claim, it is still held
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ state: 'in_progress' });
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 60_000 })).toBe('stored');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+        state: 'in_progress',
+      });
+      expect(
+        await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 60_000 }),
+      ).toBe('stored');
     });
 
     it('a finished record expires after its ttl', async () => {
@@ -155,9 +255,13 @@ export function describeStoreContract(
       await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
       await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 500 });
       await advance(200);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({ state: 'completed' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+        state: 'completed',
+      });
       await advance(400);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
     });
 
     it('a holder whose claim expired with no one taking it over cannot extend it, but can still store its outcome', async () => {
@@ -167,7 +271,16 @@ export function describeStoreContract(
       await advance(LOCK + 100);
       expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK })).toBe(false);
       // no one else holds the key or ran the operation: keeping its result beats running it again
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'late', state: 'completed', body: 'kept', ttl: 60_000 })).toBe('stored');
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'late',
+          state: 'completed',
+          body: 'kept',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
       expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'next', lockTtl: LOCK })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
@@ -182,33 +295,79 @@ export function describeStoreContract(
       await advance(LOCK + 100);
       await claim(store, { id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK });
       expect(await store.release({ id: rec, token: 'new' })).toBe(true);
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'old', state: 'completed', body: 'from old', ttl: 60_000 })).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toMatchObject({ state: 'completed', body: 'from old' });
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'old',
+          state: 'completed',
+          body: 'from old',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toMatchObject({
+        state: 'completed',
+        body: 'from old',
+      });
     });
 
     it('keeps every body as it is: the unreplayable and too-large markers, NUL, control characters', async () => {
       const { store } = await create();
-      const bodies = [UNREPLAYABLE_BODY, TOO_LARGE_BODY, 'a\u0000b', '\u0001starts with SOH', '\u0000', 'tab\tnewline\nbell\u0007', '\u0001'];
+      const bodies = [
+        UNREPLAYABLE_BODY,
+        TOO_LARGE_BODY,
+        'a\u0000b',
+        '\u0001starts with SOH',
+        '\u0000',
+        'tab\tnewline\nbell\u0007',
+        '\u0001',
+      ];
       for (const body of bodies) {
         const rec = id();
         await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-        expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'failed', body, ttl: 60_000 })).toBe('stored');
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({ state: 'failed', fingerprint: 'fp', body });
+        expect(
+          await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'failed', body, ttl: 60_000 }),
+        ).toBe('stored');
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+          state: 'failed',
+          fingerprint: 'fp',
+          body,
+        });
       }
     });
 
     it('a claim sent again with the token that holds the record (a driver re-send after a reconnect) holds it', async () => {
       const { store, advance } = await create();
       const rec = id();
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
       await advance(LOCK / 2);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
       // it also renewed the claim: 1.25 x lockTtl after the first claim, it is still held
       await advance((LOCK * 3) / 4);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'other', lockTtl: LOCK })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'mine', state: 'completed', body: 'done', ttl: 60_000 })).toBe('stored');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'other', lockTtl: LOCK })).toEqual({
+        state: 'in_progress',
+        fingerprint: 'fp',
+      });
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'mine',
+          state: 'completed',
+          body: 'done',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
       // once finished, the same token's claim is a replay like any other
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({ state: 'completed', fingerprint: 'fp', body: 'done' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+        state: 'completed',
+        fingerprint: 'fp',
+        body: 'done',
+      });
     });
 
     it('a claim that reaches the store after its deadline takes nothing: it answers late, or what is there', async () => {
@@ -219,18 +378,32 @@ export function describeStoreContract(
       const past = time - 1_000;
       const rec = id();
       // absent: not taken
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK, deadline: past })).toEqual({ state: 'late' });
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: time + 60_000 })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK, deadline: past })).toEqual({
+        state: 'late',
+      });
+      expect(
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: time + 60_000 }),
+      ).toEqual({ state: 'acquired' });
       // the holder's own token, late: not taken again (nor renewed)
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: past })).toEqual({ state: 'late' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: past })).toEqual({
+        state: 'late',
+      });
       // another's claim or an outcome: nothing to take, so reporting it is as good as late
       const inFlight = [{ state: 'late' }, { state: 'in_progress', fingerprint: 'fp' }];
-      expect(inFlight).toContainEqual(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK, deadline: past, waiting: true }));
+      expect(inFlight).toContainEqual(
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK, deadline: past, waiting: true }),
+      );
       // the late claims changed nothing: the holder still completes, and the outcome replays
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'once', ttl: 60_000 })).toBe('stored');
+      expect(
+        await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'once', ttl: 60_000 }),
+      ).toBe('stored');
       const replay = { state: 'completed', fingerprint: 'fp', body: 'once' };
-      expect([{ state: 'late' }, replay]).toContainEqual(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: past }));
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: time + 60_000 })).toEqual(replay);
+      expect([{ state: 'late' }, replay]).toContainEqual(
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: past }),
+      );
+      expect(
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: time + 60_000 }),
+      ).toEqual(replay);
     });
 
     it('a completion refused by a live claim of another token succeeds once that claim is given back', async () => {
@@ -239,11 +412,35 @@ export function describeStoreContract(
       await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: LOCK });
       // the record is lost (a restart without persistence); a claim lands that nobody waits for
       await advance(LOCK + 100);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'abandoned', lockTtl: LOCK })).toEqual({ state: 'acquired' });
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'ran', ttl: 60_000 })).toBe('held');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'abandoned', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'holder',
+          state: 'completed',
+          body: 'ran',
+          ttl: 60_000,
+        }),
+      ).toBe('held');
       expect(await store.release({ id: rec, token: 'abandoned' })).toBe(true);
-      expect(await store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'ran', ttl: 60_000 })).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'retry', lockTtl: LOCK })).toEqual({ state: 'completed', fingerprint: 'fp', body: 'ran' });
+      expect(
+        await store.complete({
+          fingerprint: 'fp',
+          id: rec,
+          token: 'holder',
+          state: 'completed',
+          body: 'ran',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'retry', lockTtl: LOCK })).toEqual({
+        state: 'completed',
+        fingerprint: 'fp',
+        body: 'ran',
+      });
     });
 
     it('a claim that expired with no one taking it over cannot be released', async () => {
@@ -252,9 +449,14 @@ export function describeStoreContract(
       await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
       await advance(LOCK + 100);
       expect(await store.release({ id: rec, token: 'a' })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({
+        state: 'acquired',
+      });
       expect(await store.release({ id: rec, token: 'a' })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'c', lockTtl: LOCK })).toEqual({ state: 'in_progress', fingerprint: 'fp2' });
+      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'c', lockTtl: LOCK })).toEqual({
+        state: 'in_progress',
+        fingerprint: 'fp2',
+      });
     });
 
     it('under contention: one of many concurrent takeovers of an expired claim wins, and the others see it; no call fails', async () => {
@@ -263,7 +465,9 @@ export function describeStoreContract(
       await claim(store, { id: rec, fingerprint: 'fp', token: 'crashed', lockTtl: LOCK });
       await advance(LOCK + 100);
       const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) => claim(store, { id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 })),
+        Array.from({ length: 50 }, (_, i) =>
+          claim(store, { id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 }),
+        ),
       );
       expect(results.filter((r) => r.state === 'acquired')).toHaveLength(1);
       expect(results.filter((r) => r.state === 'in_progress')).toHaveLength(49);
@@ -276,11 +480,16 @@ export function describeStoreContract(
         await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: 5_000 });
         const [completed, ...claims] = await Promise.all([
           store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'out', ttl: 60_000 }),
-          ...Array.from({ length: 20 }, (_, i) => claim(store, { id: rec, fingerprint: 'fp', token: `r${i}`, lockTtl: 5_000 })),
+          ...Array.from({ length: 20 }, (_, i) =>
+            claim(store, { id: rec, fingerprint: 'fp', token: `r${i}`, lockTtl: 5_000 }),
+          ),
         ]);
         expect(completed).toBe('stored');
         for (const result of claims) {
-          expect([{ state: 'in_progress', fingerprint: 'fp' }, { state: 'completed', fingerprint: 'fp', body: 'out' }]).toContainEqual(result);
+          expect([
+            { state: 'in_progress', fingerprint: 'fp' },
+            { state: 'completed', fingerprint: 'fp', body: 'out' },
+          ]).toContainEqual(result);
         }
       }
     });
@@ -299,7 +508,14 @@ export function describeStoreContract(
         const events: string[] = [];
         const offA = await store.onSettled!(completed, () => events.push('completed'));
         const offB = await store.onSettled!(released, () => events.push('released'));
-        await store.complete({ fingerprint: 'fp', id: completed, token: 'a', state: 'completed', body: 'x', ttl: 60_000 });
+        await store.complete({
+          fingerprint: 'fp',
+          id: completed,
+          token: 'a',
+          state: 'completed',
+          body: 'x',
+          ttl: 60_000,
+        });
         await store.release({ id: released, token: 'a' });
         await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
         offA();

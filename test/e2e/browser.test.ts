@@ -20,11 +20,24 @@ beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   pgs = await isolatedSchema('e2e_browser', 2, false);
   // The PostgreSQL store: the charge and its stored answer commit together.
-  app = await startInstance('browser', { IDEMPOTENCY_STORE: 'postgres', DATABASE_URL: pgs.url, CHARGE_DELAY_MS: '400', LOG_EVENTS: '1' });
+  app = await startInstance('browser', {
+    IDEMPOTENCY_STORE: 'postgres',
+    DATABASE_URL: pgs.url,
+    CHARGE_DELAY_MS: '400',
+    LOG_EVENTS: '1',
+  });
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   page = await browser.newPage();
   await page.goto(app.url);
@@ -44,7 +57,9 @@ describe('checkout page', () => {
     await page.fill('#amount', '2500');
     await page.dblclick('#pay');
     // both submits settle: one ran, the other met 409, waited, and got the same charge
-    await expect.poll(() => page.locator('#log').textContent(), { timeout: 20_000 }).toMatch(/charge #\d+[\s\S]*charge #\d+/);
+    await expect
+      .poll(() => page.locator('#log').textContent(), { timeout: 20_000 })
+      .toMatch(/charge #\d+[\s\S]*charge #\d+/);
     const log = (await page.locator('#log').textContent()) ?? '';
     const ids = [...log.matchAll(/charge #(\d+)/g)].map((m) => m[1]);
     expect(new Set(ids).size).toBe(1);

@@ -34,7 +34,11 @@ export async function pay(
   const response = await fetch(`${instance.url}/trpc/payments.create`, {
     method: 'POST',
     headers,
-    body: JSON.stringify({ amount: opts.amount ?? 1000, currency: opts.currency ?? 'EUR', clientTimestamp: opts.clientTimestamp ?? Date.now() }),
+    body: JSON.stringify({
+      amount: opts.amount ?? 1000,
+      currency: opts.currency ?? 'EUR',
+      clientTimestamp: opts.clientTimestamp ?? Date.now(),
+    }),
   });
   const body = (await response.json()) as {
     result?: { data: { id: number } };

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isolatedSchema, type PgSchema, withSearchPath, DATABASE_URL } from '../helpers/postgres.js';
+import { DATABASE_URL, isolatedSchema, type PgSchema, withSearchPath } from '../helpers/postgres.js';
 import { startTcpProxy } from '../helpers/proxy.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
 import { type Instance, pay, startInstance } from './helpers.js';
@@ -20,14 +20,20 @@ describe.each(['redis', 'postgres'] as const)('two instances sharing the %s stor
   let b: Instance;
   const started: Instance[] = [];
   const prefix = uniquePrefix(`e2e-${store}`);
-  const env = () => ({ IDEMPOTENCY_STORE: store, DATABASE_URL: pgs.url, REDIS_PREFIX: prefix, LOCK_TTL: String(LOCK_TTL) });
+  const env = () => ({
+    IDEMPOTENCY_STORE: store,
+    DATABASE_URL: pgs.url,
+    REDIS_PREFIX: prefix,
+    LOCK_TTL: String(LOCK_TTL),
+  });
   const launch = async (name: string, extra: Record<string, string> = {}) => {
     const instance = await startInstance(`${store}-${name}`, { ...env(), ...extra });
     started.push(instance);
     return instance;
   };
   const charges = async (user: string) =>
-    (await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where user_id = $1', [user])).rows[0]!.n;
+    (await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where user_id = $1', [user])).rows[0]!
+      .n;
 
   beforeAll(async () => {
     // the instances create their tables themselves (both at once: one migrates, the other waits)
@@ -95,7 +101,10 @@ describe.each(['redis', 'postgres'] as const)('two instances sharing the %s stor
     const proxy = await startTcpProxy({ targetHost: target.hostname, targetPort: Number(target.port) });
     const through = new URL(store === 'redis' ? REDIS_URL : withSearchPath(DATABASE_URL, pgs.schema));
     through.port = String(proxy.port);
-    const cut = await launch('cut', store === 'redis' ? { REDIS_URL: through.toString() } : { DATABASE_URL: through.toString() });
+    const cut = await launch(
+      'cut',
+      store === 'redis' ? { REDIS_URL: through.toString() } : { DATABASE_URL: through.toString() },
+    );
     const user = randomUUID();
     expect(await pay(cut, { user, key: randomUUID() })).toMatchObject({ status: 200 });
     await proxy.close();
@@ -109,7 +118,9 @@ describe.each(['redis', 'postgres'] as const)('two instances sharing the %s stor
   it('100 concurrent calls with one key spread over both instances: one charge', async () => {
     const user = randomUUID();
     const key = randomUUID();
-    const answers = await Promise.all(Array.from({ length: 100 }, (_, i) => pay(i % 2 === 0 ? a : b, { user, key, clientTimestamp: i })));
+    const answers = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => pay(i % 2 === 0 ? a : b, { user, key, clientTimestamp: i })),
+    );
     const ok = answers.filter((x) => x.status === 200);
     expect(ok.length + answers.filter((x) => x.status === 409).length).toBe(100);
     expect(new Set(ok.map((x) => x.chargeId)).size).toBe(1);

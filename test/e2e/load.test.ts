@@ -52,7 +52,9 @@ describe('load', () => {
     });
     const answers = await Promise.all(calls.map((c) => c.answer));
 
-    const { rows } = await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where user_id = $1', [user]);
+    const { rows } = await pgs.pool.query<{ n: number }>('select count(*)::int as n from charges where user_id = $1', [
+      user,
+    ]);
     expect(rows[0]!.n).toBe(keys.length);
 
     // the first success of each key is its charge; every other answer for the key is that charge or a 409

@@ -10,10 +10,10 @@ import { initTRPC } from '@trpc/server';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import superjson from 'superjson';
-import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyErrorFormatter, IdempotencyError, type IdempotencyMeta, withIdempotency } from '../../src/index.js';
+import { z } from 'zod';
 import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../../src/core.js';
+import { IdempotencyError, type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
@@ -68,7 +68,10 @@ async function startDataServer(options: { transformer?: boolean; excludeFields?:
 async function postJson(port: number, key: string, body: string) {
   const response = await sendRaw(port, rawRequest({ path: '/pay', headers: [['Idempotency-Key', key]], body }));
   type ErrorShape = { message: string; data?: { idempotency?: { reason: string } } };
-  const parsed = JSON.parse(response.body || '{}') as { result?: { data: unknown }; error?: ErrorShape | { json: ErrorShape } };
+  const parsed = JSON.parse(response.body || '{}') as {
+    result?: { data: unknown };
+    error?: ErrorShape | { json: ErrorShape };
+  };
   // with superjson, the error shape is wrapped in { json }
   const error = parsed.error !== undefined && 'json' in parsed.error ? parsed.error.json : parsed.error;
   return {
@@ -90,20 +93,26 @@ describe('deep nesting', () => {
     ['arrays', 100_000, nestedArrays],
     ['objects', 20_000, nestedObjects],
     ['objects', 100_000, nestedObjects],
-  ])('%s nested %i levels over HTTP: a clear 400, no stack overflow, nothing run or stored', async (_kind, depth, build) => {
-    const app = await startDataServer({ excludeFields: ['nonce'] });
-    const before = await scriptCalls();
-    const answer = await postJson(app.port, randomUUID(), build(depth));
-    expect(answer).toMatchObject({ status: 400, reason: 'input_unsupported' });
-    expect(answer.message).toMatch(new RegExp(`nested more than ${MAX_FINGERPRINT_DEPTH} levels`));
-    expect(answer.body).not.toMatch(/call stack/i);
-    expect(app.executions).toHaveLength(0);
-    expect(await scriptCalls()).toBe(before);
-    expect((await fetch(`${app.url}/health`)).status).toBe(200);
-  });
+  ])(
+    '%s nested %i levels over HTTP: a clear 400, no stack overflow, nothing run or stored',
+    async (_kind, depth, build) => {
+      const app = await startDataServer({ excludeFields: ['nonce'] });
+      const before = await scriptCalls();
+      const answer = await postJson(app.port, randomUUID(), build(depth));
+      expect(answer).toMatchObject({ status: 400, reason: 'input_unsupported' });
+      expect(answer.message).toMatch(new RegExp(`nested more than ${MAX_FINGERPRINT_DEPTH} levels`));
+      expect(answer.body).not.toMatch(/call stack/i);
+      expect(app.executions).toHaveLength(0);
+      expect(await scriptCalls()).toBe(before);
+      expect((await fetch(`${app.url}/health`)).status).toBe(200);
+    },
+  );
 
   it(`property: any mix of arrays, objects, Maps and Sets up to 1,500 deep fingerprints up to ${MAX_FINGERPRINT_DEPTH} levels and is refused beyond, never a RangeError`, () => {
-    const kinds = fc.array(fc.constantFrom('array', 'object', 'map', 'set', '__proto__'), { minLength: 1, maxLength: 1_500 });
+    const kinds = fc.array(fc.constantFrom('array', 'object', 'map', 'set', '__proto__'), {
+      minLength: 1,
+      maxLength: 1_500,
+    });
     fc.assert(
       fc.property(kinds, fc.boolean(), (path, withExclude) => {
         cases++;
@@ -156,7 +165,10 @@ describe('huge inputs', () => {
     expect(again).toMatchObject({ status: 200, replayed: true });
     expect(again.body).toBe(first.body);
     items[199_999] = -1;
-    expect(await postJson(app.port, key, JSON.stringify({ data: items }))).toMatchObject({ status: 422, reason: 'payload_mismatch' });
+    expect(await postJson(app.port, key, JSON.stringify({ data: items }))).toMatchObject({
+      status: 422,
+      reason: 'payload_mismatch',
+    });
     expect(app.executions).toHaveLength(1);
   });
 
@@ -172,7 +184,17 @@ describe('huge inputs', () => {
 });
 
 describe('keys named __proto__, constructor, prototype', () => {
-  const special = ['__proto__', 'constructor', 'prototype', 'toString', 'hasOwnProperty', 'valueOf', '__defineGetter__', 'a', 'b'];
+  const special = [
+    '__proto__',
+    'constructor',
+    'prototype',
+    'toString',
+    'hasOwnProperty',
+    'valueOf',
+    '__defineGetter__',
+    'a',
+    'b',
+  ];
   /** JSON text of an object tree whose keys are drawn from `special`: JSON.parse makes each an own property. */
   const jsonText: fc.Arbitrary<string> = fc.letrec<{ node: string }>((tie) => ({
     node: fc.oneof(
@@ -208,13 +230,19 @@ describe('keys named __proto__, constructor, prototype', () => {
         const backward = JSON.parse(`{"data":${inner},"constructor":${y},"__proto__":${x}}`) as unknown;
         expect(fingerprint('op', backward, exclude)).toBe(fingerprint('op', forward, exclude));
         // a different value under __proto__ is a different payload, unless that field is excluded
-        if (x !== y && !exclude.has('__proto__') && canonicalize(JSON.parse(x), exclude) !== canonicalize(JSON.parse(y), exclude)) {
+        if (
+          x !== y &&
+          !exclude.has('__proto__') &&
+          canonicalize(JSON.parse(x), exclude) !== canonicalize(JSON.parse(y), exclude)
+        ) {
           const other = JSON.parse(`{"__proto__":${y},"constructor":${y},"data":${inner}}`) as unknown;
           expect(fingerprint('op', other, exclude)).not.toBe(fingerprint('op', forward, exclude));
         }
         // a __proto__ field is never confused with its absence
         if (!exclude.has('__proto__')) {
-          expect(fingerprint('op', JSON.parse(`{"data":${inner}}`), exclude)).not.toBe(fingerprint('op', forward, exclude));
+          expect(fingerprint('op', JSON.parse(`{"data":${inner}}`), exclude)).not.toBe(
+            fingerprint('op', forward, exclude),
+          );
         }
         prototypesIntact();
       }),
@@ -232,7 +260,10 @@ describe('keys named __proto__, constructor, prototype', () => {
     expect(first.body).toContain('"__proto__":{"polluted":"yes"}');
     prototypesIntact();
     // another value under __proto__: another payload
-    expect(await postJson(app.port, key, body('other', 'yes'))).toMatchObject({ status: 422, reason: 'payload_mismatch' });
+    expect(await postJson(app.port, key, body('other', 'yes'))).toMatchObject({
+      status: 422,
+      reason: 'payload_mismatch',
+    });
     // `prototype` is excluded, at any depth: a change there is the same operation
     const replay = await postJson(app.port, key, body('yes', 'changed'));
     expect(replay).toMatchObject({ status: 200, replayed: true });
@@ -264,7 +295,10 @@ describe('cycles rebuilt by a transformer (superjson)', () => {
 
   it('a cycle crafted in the raw superjson wire format (referentialEqualities): the same clear 400', async () => {
     const app = await startDataServer({ transformer: true });
-    const body = JSON.stringify({ json: { data: { a: { n: 1 }, b: null } }, meta: { referentialEqualities: { 'data.a': ['data.a.self', 'data.b'] } } });
+    const body = JSON.stringify({
+      json: { data: { a: { n: 1 }, b: null } },
+      meta: { referentialEqualities: { 'data.a': ['data.a.self', 'data.b'] } },
+    });
     const answer = await postJson(app.port, randomUUID(), body);
     expect(answer).toMatchObject({ status: 400, reason: 'input_unsupported' });
     expect(answer.message).toMatch(/cycle/);

@@ -12,9 +12,9 @@ import type { IncomingMessage } from 'node:http';
 import { initTRPC } from '@trpc/server';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyErrorFormatter, type IdempotencyMeta, withIdempotency } from '../../src/index.js';
+import { z } from 'zod';
+import { type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { type RawResponse, rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
@@ -35,7 +35,10 @@ beforeAll(async () => {
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
   const runOf = (ctx: unknown) => String((ctx as { req: IncomingMessage }).req.headers['x-run']);
   // Each run is its own scope, so two runs that draw the same key never meet.
-  const idempotent = withIdempotency(t.procedure, { store: redisStore({ client: redis, prefix: 'hk:' }), scope: ({ ctx }) => runOf(ctx) });
+  const idempotent = withIdempotency(t.procedure, {
+    store: redisStore({ client: redis, prefix: 'hk:' }),
+    scope: ({ ctx }) => runOf(ctx),
+  });
   const router = t.router({
     pay: idempotent.input(z.object({ amount: z.number() })).mutation(({ ctx, input }) => {
       runs.set(runOf(ctx), (runs.get(runOf(ctx)) ?? 0) + 1);
@@ -49,7 +52,21 @@ beforeAll(async () => {
   });
   port = Number(new URL(server.url).port);
   // loads the scripts, so that every later run costs exactly its own calls
-  expect((await sendRaw(port, rawRequest({ path: '/pay', headers: [['X-Run', 'warm-up'], ['Idempotency-Key', 'warm-up']], body: '{"amount":1}' }))).status).toBe(200);
+  expect(
+    (
+      await sendRaw(
+        port,
+        rawRequest({
+          path: '/pay',
+          headers: [
+            ['X-Run', 'warm-up'],
+            ['Idempotency-Key', 'warm-up'],
+          ],
+          body: '{"amount":1}',
+        }),
+      )
+    ).status,
+  ).toBe(200);
 });
 afterAll(async () => {
   console.info(`[hostile keys] ${cases} property cases, each sent twice`);
@@ -85,8 +102,14 @@ const scriptCalls = async () => {
 
 function errorOf(response: RawResponse): { reason?: string; code?: string; message?: string } {
   try {
-    const body = JSON.parse(response.body) as { error?: { message: string; data?: { code?: string; idempotency?: { reason: string } } } };
-    return { reason: body.error?.data?.idempotency?.reason, code: body.error?.data?.code, message: body.error?.message };
+    const body = JSON.parse(response.body) as {
+      error?: { message: string; data?: { code?: string; idempotency?: { reason: string } } };
+    };
+    return {
+      reason: body.error?.data?.idempotency?.reason,
+      code: body.error?.data?.code,
+      message: body.error?.message,
+    };
   } catch {
     return {};
   }
@@ -99,7 +122,14 @@ function errorOf(response: RawResponse): { reason?: string; code?: string; messa
 async function check(value: string | Uint8Array, intact: boolean): Promise<void> {
   cases++;
   const run = randomUUID();
-  const request = rawRequest({ path: '/pay', headers: [['X-Run', run], ['Idempotency-Key', value]], body: '{"amount":7}' });
+  const request = rawRequest({
+    path: '/pay',
+    headers: [
+      ['X-Run', run],
+      ['Idempotency-Key', value],
+    ],
+    body: '{"amount":7}',
+  });
   const before = await scriptCalls();
   const first = await sendRaw(port, request);
   const calls = (await scriptCalls()) - before;
@@ -110,7 +140,10 @@ async function check(value: string | Uint8Array, intact: boolean): Promise<void>
   expect(first.headers['idempotent-replayed']).toBeUndefined();
 
   if (first.status === 200) {
-    expect(typeof expected === 'string' && expected !== 'missing' && expected !== 'invalid', `accepted ${JSON.stringify(received)}`).toBe(true);
+    expect(
+      typeof expected === 'string' && expected !== 'missing' && expected !== 'invalid',
+      `accepted ${JSON.stringify(received)}`,
+    ).toBe(true);
     expect(calls).toBe(2); // claim, complete
     expect(runs.get(run)).toBe(1);
     const again = await sendRaw(port, request);
@@ -157,10 +190,13 @@ describe('the Idempotency-Key header, property-based', () => {
 
   it('unicode text, sent as UTF-8', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ unit: 'binary', maxLength: 300 }), fc.string({ unit: 'grapheme', maxLength: 100 })), (text) => {
-        const bytes = Buffer.from(text, 'utf8');
-        return check(bytes, noLineBreak(bytes));
-      }),
+      fc.asyncProperty(
+        fc.oneof(fc.string({ unit: 'binary', maxLength: 300 }), fc.string({ unit: 'grapheme', maxLength: 100 })),
+        (text) => {
+          const bytes = Buffer.from(text, 'utf8');
+          return check(bytes, noLineBreak(bytes));
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -171,7 +207,10 @@ describe('the Idempotency-Key header, property-based', () => {
         fc.integer({ min: 0, max: 10_000 }).chain((n) => fc.string({ unit: printable, minLength: n, maxLength: n })),
         (text) => check(text, true),
       ),
-      { numRuns: 200, examples: [[''], ['a'], ['k'.repeat(254)], ['k'.repeat(255)], ['k'.repeat(256)], ['k'.repeat(10_000)]] },
+      {
+        numRuns: 200,
+        examples: [[''], ['a'], ['k'.repeat(254)], ['k'.repeat(255)], ['k'.repeat(256)], ['k'.repeat(10_000)]],
+      },
     );
   });
 

@@ -8,26 +8,26 @@ import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { DEFAULT_POLICY } from '../../src/core.js';
 import {
   createIdempotencyEngine,
-  idempotencyErrorFormatter,
   type IdempotencyEvent,
   type IdempotencyMeta,
+  idempotencyErrorFormatter,
   withIdempotency,
 } from '../../src/index.js';
-import { DEFAULT_POLICY } from '../../src/core.js';
 import { redisStore } from '../../src/redis.js';
-import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
-import { type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
-import { sleep } from '../helpers/redis.js';
-import { startServer, type TestServer } from '../helpers/trpc.js';
 import { type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
+import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
+import { sleep } from '../helpers/redis.js';
+import { type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
+import { startServer, type TestServer } from '../helpers/trpc.js';
 
 let redisServer: PrivateRedis;
 let redis: Redis;
-const closers: (() => Promise<unknown> | void)[] = [];
+const closers: (() => unknown)[] = [];
 let cases = 0;
 const outcomes = { stored: 0, refused: 0 };
 
@@ -36,7 +36,9 @@ beforeAll(async () => {
   redis = new Redis({ port: redisServer.port });
 });
 afterAll(async () => {
-  console.info(`[outputs] ${cases} property cases: ${outcomes.stored} stored and replayed, ${outcomes.refused} too large (answered once, then refused)`);
+  console.info(
+    `[outputs] ${cases} property cases: ${outcomes.stored} stored and replayed, ${outcomes.refused} too large (answered once, then refused)`,
+  );
   for (const close of closers.reverse()) await close();
   redis?.disconnect();
   await redisServer?.stop();
@@ -45,7 +47,10 @@ afterAll(async () => {
 describe('oversized outputs', () => {
   it('property: an output is stored and replayed exactly when its UTF-8 size fits maxResponseBytes; else its caller gets it and retries are refused, never run again', async () => {
     const MAX = 2_000;
-    const engine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix: 'out:' }), maxResponseBytes: MAX });
+    const engine = createIdempotencyEngine({
+      store: redisStore({ client: redis, prefix: 'out:' }),
+      maxResponseBytes: MAX,
+    });
     const threeByte = fc.integer({ min: 0x800, max: 0xd7ff }).map((c) => String.fromCharCode(c));
     const outputs = fc.oneof(
       fc.string({ unit: 'grapheme-ascii', minLength: 1_990, maxLength: 2_010 }),
@@ -110,7 +115,11 @@ describe('oversized outputs', () => {
         headers: { 'content-type': 'application/json', 'idempotency-key': key },
         body: JSON.stringify({ size }),
       });
-      return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() };
+      return {
+        status: response.status,
+        replayed: response.headers.get('idempotent-replayed'),
+        text: await response.text(),
+      };
     };
 
     it('an output of exactly 1 MiB is stored and replayed byte for byte; one byte more reaches its caller, and its retry is refused', async () => {
@@ -183,10 +192,16 @@ describe('slow procedures near lockTtl, on a Redis answering 50 ms late', () => 
         // before the first finished: 409; after: a replay. Never a second run.
         for (const d of duplicates) expect(d.status === 409 || (d.status === 200 && d.replayed)).toBe(true);
         expect(duplicates.filter((d) => d.status === 409).length).toBeGreaterThan(0);
-        expect(await pay(apps[1]!.url, key, { amount: holdMs })).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
+        expect(await pay(apps[1]!.url, key, { amount: holdMs })).toMatchObject({
+          status: 200,
+          replayed: true,
+          chargeId: answer.chargeId,
+        });
         expect(apps[0]!.runs(key) + apps[1]!.runs(key)).toBe(1);
       }),
     );
-    expect(apps.flatMap((a) => a.events).filter((e) => e.result === 'lease_lost' || e.result === 'store_error')).toEqual([]);
+    expect(
+      apps.flatMap((a) => a.events).filter((e) => e.result === 'lease_lost' || e.result === 'store_error'),
+    ).toEqual([]);
   });
 });

@@ -11,9 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashRecordId } from '../../src/core/events.js';
 import { recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
+import { type PayApp, startPayApp } from '../fixtures/pay-app.js';
 import { type PrivatePostgres, startPrivatePostgres } from '../helpers/postgres-server.js';
 import { sleep } from '../helpers/redis.js';
-import { type PayApp, startPayApp } from '../fixtures/pay-app.js';
 import { conflictingResults, lostOutcomes, runLoad } from './helpers/load.js';
 
 const LOCK_TTL = 3_000; // storeTimeout 1 s must be at most lockTtl / 3
@@ -56,7 +56,10 @@ describe('PostgreSQL restarted mid-load', () => {
     // the outages were felt: requests were refused with 503 while the server was away
     expect(result.byStatus[503] ?? 0).toBeGreaterThan(0);
     // and the app served again without a restart: operations begun after each restart succeeded
-    expect(records.filter((r) => r.firstSentAt > marks.up1! && r.firstSentAt < marks.down2! && r.succeededAt !== undefined).length).toBeGreaterThan(10);
+    expect(
+      records.filter((r) => r.firstSentAt > marks.up1! && r.firstSentAt < marks.down2! && r.succeededAt !== undefined)
+        .length,
+    ).toBeGreaterThan(10);
     expect(records.filter((r) => r.firstSentAt > marks.up2! && r.succeededAt !== undefined).length).toBeGreaterThan(10);
     expect(records.filter((r) => r.failed !== undefined)).toEqual([]);
 
@@ -84,7 +87,10 @@ describe('PostgreSQL restarted mid-load', () => {
         `longest wait ${maxBlocked} ms`,
     );
     const storeErrors: Record<string, number> = {};
-    for (const e of app.events) if (e.result === 'store_error') storeErrors[`${e.operation}: ${e.error?.message}`] = (storeErrors[`${e.operation}: ${e.error?.message}`] ?? 0) + 1;
+    for (const e of app.events)
+      if (e.result === 'store_error')
+        storeErrors[`${e.operation}: ${e.error?.message}`] =
+          (storeErrors[`${e.operation}: ${e.error?.message}`] ?? 0) + 1;
     console.info('[postgres restart] store errors', storeErrors);
   });
 });

@@ -12,10 +12,10 @@ import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fingerprint, recordId } from '../../src/core.js';
-import { redisStore, type RedisStore } from '../../src/redis.js';
-import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
-import { sleep } from '../helpers/redis.js';
+import { type RedisStore, redisStore } from '../../src/redis.js';
 import { amountOf, type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
+import { sleep } from '../helpers/redis.js';
+import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
 import { conflictingResults, lostOutcomes, runLoad } from './helpers/load.js';
 
 const run = promisify(execFile);
@@ -55,7 +55,11 @@ describe('seed scenarios through ioredis Cluster', () => {
     const key = randomUUID();
     const first = await pay(apps[0]!.url, key, { amount: 2 });
     expect(first).toMatchObject({ status: 200, replayed: false });
-    expect(await pay(apps[1]!.url, key, { amount: 2 })).toMatchObject({ status: 200, replayed: true, chargeId: first.chargeId });
+    expect(await pay(apps[1]!.url, key, { amount: 2 })).toMatchObject({
+      status: 200,
+      replayed: true,
+      chargeId: first.chargeId,
+    });
     expect(runsOf(key)).toBe(1);
   });
 
@@ -147,9 +151,24 @@ describe('slot migration during load', () => {
     });
     await sleep(2_000);
     const reshard = (from: string, to: string, slots: number) =>
-      run('redis-cli', ['--cluster', 'reshard', `127.0.0.1:${p0}`, '--cluster-from', from, '--cluster-to', to, '--cluster-slots', String(slots), '--cluster-yes'], {
-        timeout: 60_000,
-      });
+      run(
+        'redis-cli',
+        [
+          '--cluster',
+          'reshard',
+          `127.0.0.1:${p0}`,
+          '--cluster-from',
+          from,
+          '--cluster-to',
+          to,
+          '--cluster-slots',
+          String(slots),
+          '--cluster-yes',
+        ],
+        {
+          timeout: 60_000,
+        },
+      );
     await reshard(id0, id1, 1_500);
     await reshard(id1, id2, 1_500);
     migratedAt = Date.now();

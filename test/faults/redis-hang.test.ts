@@ -5,9 +5,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { gate, sleep } from '../helpers/trpc.js';
-import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 3_000;
 const STORE_TIMEOUT = 500;
@@ -17,7 +17,11 @@ let redis: ControlledRedis;
 let app: PayApp;
 beforeAll(async () => {
   redis = await startControlledRedis({ persist: false });
-  app = await startPayApp({ store: { redis: redis.url, prefix: 'hang:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT });
+  app = await startPayApp({
+    store: { redis: redis.url, prefix: 'hang:' },
+    lockTtl: LOCK_TTL,
+    storeTimeout: STORE_TIMEOUT,
+  });
 });
 afterAll(async () => {
   await app?.close();
@@ -39,7 +43,10 @@ describe('Redis hung (SIGSTOP)', () => {
     for (let round = 0; round < 3; round++) {
       const keys = Array.from({ length: 20 }, () => randomUUID());
       hungKeys.push(...keys);
-      const answers = await Promise.all([...keys.map((key) => pay(app.url, key, { amount: 20 })), pay(app.url, done, { amount: 10 })]);
+      const answers = await Promise.all([
+        ...keys.map((key) => pay(app.url, key, { amount: 20 })),
+        pay(app.url, done, { amount: 10 }),
+      ]);
       for (const answer of answers) {
         expect(answer).toMatchObject({ status: 503, reason: 'store_unavailable' });
         // a behavioural bound (the configured timeout plus slack), not a speed claim
@@ -56,15 +63,23 @@ describe('Redis hung (SIGSTOP)', () => {
 
     redis.resume();
     // no restart of anything: the next request succeeds on its own
-    await expect.poll(async () => (await pay(app.url, randomUUID(), { amount: 30 })).status, { timeout: SLACK, interval: 100 }).toBe(200);
+    await expect
+      .poll(async () => (await pay(app.url, randomUUID(), { amount: 30 })).status, { timeout: SLACK, interval: 100 })
+      .toBe(200);
     // every key refused during the hang runs once now (the claims that landed late were given back)
     for (const key of hungKeys) {
       const retried = await retryUntilAnswered(() => pay(app.url, key, { amount: 20 }), LOCK_TTL + SLACK);
       expect(retried).toMatchObject({ status: 200, replayed: false });
       expect(app.runs(key)).toBe(1);
     }
-    expect(await pay(app.url, done, { amount: 10 })).toMatchObject({ status: 200, replayed: true, chargeId: stored.chargeId });
-    console.info(`[redis hung] ${hungKeys.length + 3} requests refused with 503 during the hang, slowest answer ${Math.round(slowest)} ms (storeTimeout ${STORE_TIMEOUT} ms); all ${hungKeys.length} keys ran once after SIGCONT`);
+    expect(await pay(app.url, done, { amount: 10 })).toMatchObject({
+      status: 200,
+      replayed: true,
+      chargeId: stored.chargeId,
+    });
+    console.info(
+      `[redis hung] ${hungKeys.length + 3} requests refused with 503 during the hang, slowest answer ${Math.round(slowest)} ms (storeTimeout ${STORE_TIMEOUT} ms); all ${hungKeys.length} keys ran once after SIGCONT`,
+    );
   });
 
   it('a request running when Redis hangs: its client gets the result, and after SIGCONT the retry replays it', async () => {

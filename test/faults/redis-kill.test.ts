@@ -10,10 +10,10 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETE } from '../../src/stores/redis-scripts.js';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { startTriggerProxy, type TriggerMode, type TriggerProxy } from '../helpers/trigger-proxy.js';
 import { gate } from '../helpers/trpc.js';
-import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 5_000;
 const STORE_TIMEOUT = 500;
@@ -27,7 +27,12 @@ afterEach(async () => {
 
 /** An app on `port` with a default ioredis client, its scripts loaded (so the crash also empties a warm script cache). */
 async function appOn(port: number): Promise<PayApp> {
-  const app = await startPayApp({ store: { redis: `redis://127.0.0.1:${port}`, prefix: 'kill:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT, warmUp: true });
+  const app = await startPayApp({
+    store: { redis: `redis://127.0.0.1:${port}`, prefix: 'kill:' },
+    lockTtl: LOCK_TTL,
+    storeTimeout: STORE_TIMEOUT,
+    warmUp: true,
+  });
   cleanups.push(() => app.close());
   return app;
 }
@@ -60,7 +65,11 @@ describe('Redis killed at each point of a request (persistent Redis)', () => {
     expect(retried).toMatchObject({ status: 200, replayed: false });
     expect(retried.waitedMs).toBeLessThan(LOCK_TTL + SLACK);
     expect(app.runs(key)).toBe(1);
-    expect(await pay(app.url, key, { amount: 100 })).toMatchObject({ status: 200, replayed: true, chargeId: retried.chargeId });
+    expect(await pay(app.url, key, { amount: 100 })).toMatchObject({
+      status: 200,
+      replayed: true,
+      chargeId: retried.chargeId,
+    });
     expect(app.runs(key)).toBe(1);
   });
 
@@ -174,6 +183,10 @@ describe('Redis restarted empty (no persistence)', () => {
     expect(original.chargeId).not.toBe(duplicate.chargeId);
     // the first holder's completion finds another outcome there and is refused
     expect(app.events).toContainEqual(expect.objectContaining({ result: 'lease_lost', reason: 'fenced' }));
-    expect(await pay(app.url, key, { amount: 500 })).toMatchObject({ status: 200, replayed: true, chargeId: duplicate.chargeId });
+    expect(await pay(app.url, key, { amount: 500 })).toMatchObject({
+      status: 200,
+      replayed: true,
+      chargeId: duplicate.chargeId,
+    });
   });
 });

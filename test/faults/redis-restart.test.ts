@@ -8,9 +8,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { gate } from '../helpers/trpc.js';
-import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 
 const LOCK_TTL = 5_000;
 const STORE_TIMEOUT = 500;
@@ -27,14 +27,21 @@ describe.each([
   let b: PayApp;
   const executionsPerKey: Record<string, number[]> = { same: [], other: [] };
   const appOn = (port: number) =>
-    startPayApp({ store: { redis: `redis://127.0.0.1:${port}`, prefix: 'restart:' }, lockTtl: LOCK_TTL, storeTimeout: STORE_TIMEOUT, warmUp: true });
+    startPayApp({
+      store: { redis: `redis://127.0.0.1:${port}`, prefix: 'restart:' },
+      lockTtl: LOCK_TTL,
+      storeTimeout: STORE_TIMEOUT,
+      warmUp: true,
+    });
 
   beforeAll(async () => {
     redis = await startControlledRedis({ persist });
     [a, b] = await Promise.all([appOn(redis.port), appOn(redis.port)]);
   });
   afterAll(async () => {
-    console.log(`[redis ${persist ? 'persistent' : 'empty'} restart] executions per key: ${JSON.stringify(executionsPerKey)}`);
+    console.log(
+      `[redis ${persist ? 'persistent' : 'empty'} restart] executions per key: ${JSON.stringify(executionsPerKey)}`,
+    );
     await Promise.all([a?.close(), b?.close()]);
     await redis?.destroy();
   });
@@ -42,40 +49,47 @@ describe.each([
   it.each([
     ['on the holder instance', 'same'],
     ['on another instance', 'other'],
-  ] as const)(`retries during the outage %s are refused and run nothing; the retry after it replays: 1 execution per key, ${TRIALS} times`, async (_where, where) => {
-    for (let trial = 0; trial < TRIALS; trial++) {
-      const retrying = where === 'same' ? a : b;
-      const key = randomUUID();
-      const charging = gate();
-      a.hold(charging.opened);
-      const first = pay(a.url, key, { amount: 200 });
-      await expect.poll(() => a.runs(key)).toBe(1);
-      a.hold(undefined);
+  ] as const)(
+    `retries during the outage %s are refused and run nothing; the retry after it replays: 1 execution per key, ${TRIALS} times`,
+    async (_where, where) => {
+      for (let trial = 0; trial < TRIALS; trial++) {
+        const retrying = where === 'same' ? a : b;
+        const key = randomUUID();
+        const charging = gate();
+        a.hold(charging.opened);
+        const first = pay(a.url, key, { amount: 200 });
+        await expect.poll(() => a.runs(key)).toBe(1);
+        a.hold(undefined);
 
-      await redis.kill();
-      // the client retries while Redis is down: refused, and nothing runs
-      for (let i = 0; i < 2; i++) expect(await pay(retrying.url, key, { amount: 200 })).toMatchObject({ status: 503, reason: 'store_unavailable' });
-      charging.open();
-      const answer = await first;
-      expect(answer).toMatchObject({ status: 200, replayed: false }); // it ran: its caller gets the result
-      const completedBefore = a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length;
-      await redis.start();
-      if (!persist) {
-        // An empty Redis forgot the claim: until the holder's queued completion lands, a claim that
-        // did not give up would find the key free. Wait for it, as the README says.
-        await expect
-          .poll(() => a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length, { timeout: SLACK })
-          .toBeGreaterThan(completedBefore);
+        await redis.kill();
+        // the client retries while Redis is down: refused, and nothing runs
+        for (let i = 0; i < 2; i++)
+          expect(await pay(retrying.url, key, { amount: 200 })).toMatchObject({
+            status: 503,
+            reason: 'store_unavailable',
+          });
+        charging.open();
+        const answer = await first;
+        expect(answer).toMatchObject({ status: 200, replayed: false }); // it ran: its caller gets the result
+        const completedBefore = a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length;
+        await redis.start();
+        if (!persist) {
+          // An empty Redis forgot the claim: until the holder's queued completion lands, a claim that
+          // did not give up would find the key free. Wait for it, as the README says.
+          await expect
+            .poll(() => a.events.filter((e) => e.result === 'completed' && e.name === 'pay').length, { timeout: SLACK })
+            .toBeGreaterThan(completedBefore);
+        }
+        const retried = await retryUntilAnswered(() => pay(retrying.url, key, { amount: 200 }), LOCK_TTL + SLACK);
+        expect(retried).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
+        const runs = a.runs(key) + b.runs(key);
+        executionsPerKey[where]!.push(runs);
+        expect(runs).toBe(1);
       }
-      const retried = await retryUntilAnswered(() => pay(retrying.url, key, { amount: 200 }), LOCK_TTL + SLACK);
-      expect(retried).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
-      const runs = a.runs(key) + b.runs(key);
-      executionsPerKey[where]!.push(runs);
-      expect(runs).toBe(1);
-    }
-    expect(a.events.filter((e) => e.result === 'lease_lost')).toEqual([]);
-    expect(a.events.filter((e) => e.result === 'store_error' && e.reason === 'gave_up')).toEqual([]);
-  });
+      expect(a.events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+      expect(a.events.filter((e) => e.result === 'store_error' && e.reason === 'gave_up')).toEqual([]);
+    },
+  );
 });
 
 describe('a completion queued through an outage longer than lockTtl', () => {
@@ -89,7 +103,12 @@ describe('a completion queued through an outage longer than lockTtl', () => {
 
   it('lands when Redis is back, and is reported as stored, not as given up', async () => {
     const lockTtl = 1_500;
-    const app = await startPayApp({ store: { redis: redis.url, prefix: 'queued:' }, lockTtl, storeTimeout: 300, warmUp: true });
+    const app = await startPayApp({
+      store: { redis: redis.url, prefix: 'queued:' },
+      lockTtl,
+      storeTimeout: 300,
+      warmUp: true,
+    });
     try {
       const key = randomUUID();
       const charging = gate();
@@ -105,10 +124,16 @@ describe('a completion queued through an outage longer than lockTtl', () => {
       await new Promise((resolve) => setTimeout(resolve, lockTtl + 1_000));
       await redis.start();
       await expect
-        .poll(() => app.events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), { timeout: SLACK })
+        .poll(() => app.events.some((e) => e.result === 'completed' && e.reason === 'completed_late'), {
+          timeout: SLACK,
+        })
         .toBe(true);
       expect(app.events.filter((e) => e.reason === 'gave_up')).toEqual([]);
-      expect(await pay(app.url, key, { amount: 300 })).toMatchObject({ status: 200, replayed: true, chargeId: answer.chargeId });
+      expect(await pay(app.url, key, { amount: 300 })).toMatchObject({
+        status: 200,
+        replayed: true,
+        chargeId: answer.chargeId,
+      });
       expect(app.runs(key)).toBe(1);
     } finally {
       await app.close();

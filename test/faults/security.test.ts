@@ -12,25 +12,25 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
 import {
-  idempotencyErrorFormatter,
   type IdempotencyEvent,
   type IdempotencyMeta,
   type IdempotencyStore,
+  idempotencyErrorFormatter,
   withIdempotency,
 } from '../../src/index.js';
-import { recordId } from '../../src/core.js';
 import { openTelemetry } from '../../src/otel.js';
 import { redisStore } from '../../src/redis.js';
+import { type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
 import { pgliteDb } from '../helpers/postgres.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
-import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
 import { deadRedis, sleep } from '../helpers/redis.js';
-import { startServer, type TestServer } from '../helpers/trpc.js';
-import { type PayApp, pay, startPayApp } from '../fixtures/pay-app.js';
+import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
+import { startServer } from '../helpers/trpc.js';
 
 let redisServer: PrivateRedis;
 let redis: Redis;
@@ -56,8 +56,16 @@ const USERS: Record<string, string> = { 'token-alice': 'alice', 'token-bob': 'bo
  * Payments behind bearer authentication: the auth middleware runs first, the
  * idempotency check last, scoped by the user (or unscoped, to show why scope matters).
  */
-async function startAuthServer(options: { scoped: boolean; onEvent?: (e: IdempotencyEvent) => void; store?: IdempotencyStore; lockTtl?: number }) {
-  const t = initTRPC.context<{ req: IncomingMessage }>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+async function startAuthServer(options: {
+  scoped: boolean;
+  onEvent?: (e: IdempotencyEvent) => void;
+  store?: IdempotencyStore;
+  lockTtl?: number;
+}) {
+  const t = initTRPC
+    .context<{ req: IncomingMessage }>()
+    .meta<IdempotencyMeta>()
+    .create({ errorFormatter: idempotencyErrorFormatter });
   const authed = t.procedure.use(({ ctx, next }) => {
     const token = /^Bearer (.+)$/.exec(ctx.req.headers.authorization ?? '')?.[1];
     const user = token === undefined ? undefined : USERS[token];
@@ -73,14 +81,28 @@ async function startAuthServer(options: { scoped: boolean; onEvent?: (e: Idempot
   });
   const router = t.router({
     pay: idempotent
-      .input(z.object({ amount: z.number().int().positive(), note: z.string().default(''), holdMs: z.number().default(0), big: z.boolean().default(false), fail: z.enum(['none', '4xx', '5xx']).default('none') }))
+      .input(
+        z.object({
+          amount: z.number().int().positive(),
+          note: z.string().default(''),
+          holdMs: z.number().default(0),
+          big: z.boolean().default(false),
+          fail: z.enum(['none', '4xx', '5xx']).default('none'),
+        }),
+      )
       .meta({ idempotency: { excludeFields: ['holdMs'] } })
       .mutation(async ({ ctx, input }) => {
         executions.push({ user: ctx.user, input });
         if (input.holdMs > 0) await sleep(input.holdMs);
         if (input.fail === '4xx') throw new TRPCError({ code: 'BAD_REQUEST', message: `declined: ${input.note}` });
         if (input.fail === '5xx') throw new Error(`downstream failed for ${input.note}`);
-        return { chargeId: randomUUID(), owner: ctx.user, amount: input.amount, note: input.note, ...(input.big ? { pad: 'x'.repeat(2_000_000) } : {}) };
+        return {
+          chargeId: randomUUID(),
+          owner: ctx.user,
+          amount: input.amount,
+          note: input.note,
+          ...(input.big ? { pad: 'x'.repeat(2_000_000) } : {}),
+        };
       }),
     slow: idempotent
       .input(z.object({ note: z.string() }))
@@ -95,8 +117,16 @@ async function startAuthServer(options: { scoped: boolean; onEvent?: (e: Idempot
   return { url: server.url, port: Number(new URL(server.url).port), executions };
 }
 
-async function payAs(url: string, token: string | undefined, key: string | undefined, input: Record<string, unknown>, headers: Record<string, string> = {}) {
-  return pay(url, key, input as { amount: number }, { headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...headers } });
+async function payAs(
+  url: string,
+  token: string | undefined,
+  key: string | undefined,
+  input: Record<string, unknown>,
+  headers: Record<string, string> = {},
+) {
+  return pay(url, key, input as { amount: number }, {
+    headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...headers },
+  });
 }
 
 describe('cross-user replay', () => {
@@ -114,8 +144,14 @@ describe('cross-user replay', () => {
     const bobOther = await payAs(app.url, 'token-bob', `${key}-x`, { amount: 999 });
     expect(bobOther.status).toBe(200);
     // each replays only to its owner
-    expect(await payAs(app.url, 'token-alice', key, { amount: 100, note: 'alice-private' })).toMatchObject({ replayed: true, chargeId: alice.chargeId });
-    expect(await payAs(app.url, 'token-bob', key, { amount: 100, note: 'alice-private' })).toMatchObject({ replayed: true, chargeId: bob.chargeId });
+    expect(await payAs(app.url, 'token-alice', key, { amount: 100, note: 'alice-private' })).toMatchObject({
+      replayed: true,
+      chargeId: alice.chargeId,
+    });
+    expect(await payAs(app.url, 'token-bob', key, { amount: 100, note: 'alice-private' })).toMatchObject({
+      replayed: true,
+      chargeId: bob.chargeId,
+    });
     expect(app.executions.map((e) => e.user)).toEqual(['alice', 'bob', 'bob']);
   });
 
@@ -147,7 +183,10 @@ describe('cross-user replay', () => {
   });
 
   it('property: a key crafted with separators or braces never reaches another scope, procedure or hash slot', () => {
-    const part = fc.string({ unit: fc.constantFrom('a', 'b', ':', '%', '{', '}', '3', 'A', '7', 'B', 'D'), maxLength: 12 });
+    const part = fc.string({
+      unit: fc.constantFrom('a', 'b', ':', '%', '{', '}', '3', 'A', '7', 'B', 'D'),
+      maxLength: 12,
+    });
     fc.assert(
       fc.property(fc.tuple(part, part, part), fc.tuple(part, part, part), ([s1, n1, k1], [s2, n2, k2]) => {
         const id1 = recordId(s1, n1, k1);
@@ -201,8 +240,11 @@ describe('events, logs, metrics and spans never carry a raw key, scope or payloa
     try {
       const app = await startAuthServer({ scoped: true, onEvent, lockTtl: 300 });
       const input = { amount: 100, note: canaryNote };
-      const at = (key: string | undefined, body: Record<string, unknown> = input, headers: Record<string, string> = {}) =>
-        payAs(app.url, 'token-alice', key, body, headers);
+      const at = (
+        key: string | undefined,
+        body: Record<string, unknown> = input,
+        headers: Record<string, string> = {},
+      ) => payAs(app.url, 'token-alice', key, body, headers);
 
       expect((await at(canaryKey, { ...input, holdMs: 250 })).status).toBe(200); // acquired, renewed, completed
       expect((await at(canaryKey)).replayed).toBe(true); // replayed
@@ -212,20 +254,62 @@ describe('events, logs, metrics and spans never carry a raw key, scope or payloa
       expect((await at(`${canaryKey}-held`)).status).toBe(409); // in_progress
       await held;
       expect((await at(undefined)).status).toBe(400); // rejected: key_missing
-      expect((await sendRaw(app.port, rawRequest({ path: '/pay', headers: [['Authorization', 'Bearer token-alice'], ['Idempotency-Key', `${canaryKey}\xe9`]], body: JSON.stringify(input) }))).status).toBe(400); // key_invalid
-      expect((await sendRaw(app.port, rawRequest({ path: '/pay', headers: [['Authorization', 'Bearer token-alice'], ['Idempotency-Key', canaryKey], ['Idempotency-Key', `${canaryKey}-2`]], body: JSON.stringify(input) }))).status).toBe(400); // sent twice
+      expect(
+        (
+          await sendRaw(
+            app.port,
+            rawRequest({
+              path: '/pay',
+              headers: [
+                ['Authorization', 'Bearer token-alice'],
+                ['Idempotency-Key', `${canaryKey}\xe9`],
+              ],
+              body: JSON.stringify(input),
+            }),
+          )
+        ).status,
+      ).toBe(400); // key_invalid
+      expect(
+        (
+          await sendRaw(
+            app.port,
+            rawRequest({
+              path: '/pay',
+              headers: [
+                ['Authorization', 'Bearer token-alice'],
+                ['Idempotency-Key', canaryKey],
+                ['Idempotency-Key', `${canaryKey}-2`],
+              ],
+              body: JSON.stringify(input),
+            }),
+          )
+        ).status,
+      ).toBe(400); // sent twice
       expect((await at(`${canaryKey}-4xx`, { ...input, fail: '4xx' })).status).toBe(400); // completed as failed
       expect((await at(`${canaryKey}-5xx`, { ...input, fail: '5xx' })).status).toBe(500); // released
       expect((await at(`${canaryKey}-big`, { ...input, big: true })).status).toBe(200); // completed: too large, a marker stored
       expect((await at(`${canaryKey}-big`, { ...input, big: true })).status).toBe(500); // replayed: response_too_large
-      expect((await pay(app.url, `${canaryKey}-slow`, { note: canaryNote } as never, { path: 'slow', headers: { authorization: 'Bearer token-alice' } })).status).toBe(200); // lease_lost
+      expect(
+        (
+          await pay(app.url, `${canaryKey}-slow`, { note: canaryNote } as never, {
+            path: 'slow',
+            headers: { authorization: 'Bearer token-alice' },
+          })
+        ).status,
+      ).toBe(200); // lease_lost
 
       // store errors: a Redis that is down (fail-closed and fail-open), a PostgreSQL query that fails
       const dead = deadRedis();
       closers.push(() => dead.disconnect());
       for (const onStoreError of ['fail-closed', 'fail-open'] as const) {
         const t = initTRPC.context<{ req: IncomingMessage }>().create();
-        const down = withIdempotency(t.procedure, { store: redisStore({ client: dead }), storeTimeout: 200, onStoreError, scope: () => canaryUser, onEvent });
+        const down = withIdempotency(t.procedure, {
+          store: redisStore({ client: dead }),
+          storeTimeout: 200,
+          onStoreError,
+          scope: () => canaryUser,
+          onEvent,
+        });
         const router = t.router({ pay: down.input(z.object({ note: z.string() })).mutation(() => 'ran') });
         const server = await startServer(router as never);
         closers.push(() => server.close());
@@ -243,9 +327,23 @@ describe('events, logs, metrics and spans never carry a raw key, scope or payloa
     const { resourceMetrics, errors } = await reader.collect();
     expect(errors).toEqual([]);
     await tracerProvider.forceFlush();
-    const spans = exporter.getFinishedSpans().map((s) => ({ name: s.name, attributes: s.attributes, status: s.status, events: s.events }));
+    const spans = exporter
+      .getFinishedSpans()
+      .map((s) => ({ name: s.name, attributes: s.attributes, status: s.status, events: s.events }));
     const results = new Set(events.map((e) => e.result));
-    for (const result of ['acquired', 'renewed', 'completed', 'replayed', 'mismatch', 'in_progress', 'rejected', 'released', 'lease_lost', 'store_error', 'unprotected']) {
+    for (const result of [
+      'acquired',
+      'renewed',
+      'completed',
+      'replayed',
+      'mismatch',
+      'in_progress',
+      'rejected',
+      'released',
+      'lease_lost',
+      'store_error',
+      'unprotected',
+    ]) {
       expect(results, `no ${result} event was produced`).toContain(result);
     }
     // the PostgreSQL failure was a query Drizzle quotes with its parameters: it was tried, and stripped
@@ -278,12 +376,23 @@ describe('crafted headers', () => {
 
   it('a client sending Idempotent-Replayed (or an indexed one) cannot make a first run look replayed, nor skip it', async () => {
     const key = randomUUID();
-    const first = await pay(app.url, key, { amount: 1 }, { headers: { 'Idempotent-Replayed': 'true', 'Idempotent-Replayed-0': 'true' } });
+    const first = await pay(
+      app.url,
+      key,
+      { amount: 1 },
+      { headers: { 'Idempotent-Replayed': 'true', 'Idempotent-Replayed-0': 'true' } },
+    );
     expect(first).toMatchObject({ status: 200, replayed: false });
     expect(app.runs(key)).toBe(1);
     const batch = await fetch(`${app.url}/pay,pay?batch=1`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key-0': randomUUID(), 'idempotency-key-1': randomUUID(), 'idempotent-replayed-0': 'true', 'idempotent-replayed-1': 'true' },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key-0': randomUUID(),
+        'idempotency-key-1': randomUUID(),
+        'idempotent-replayed-0': 'true',
+        'idempotent-replayed-1': 'true',
+      },
       body: JSON.stringify({ 0: { amount: 1 }, 1: { amount: 2 } }),
     });
     expect(batch.status).toBe(200);
@@ -295,10 +404,16 @@ describe('crafted headers', () => {
     const before = { keys: await redis.dbsize(), runs: app.executions.length };
     const keys = [randomUUID(), randomUUID()];
     const extra: Record<string, string> = {};
-    for (const name of ['2', '7', '99999', '00', '01', '-1', '1e0', '+1', '0x1']) extra[`idempotency-key-${name}`] = randomUUID();
+    for (const name of ['2', '7', '99999', '00', '01', '-1', '1e0', '+1', '0x1'])
+      extra[`idempotency-key-${name}`] = randomUUID();
     const batch = await fetch(`${app.url}/pay,pay?batch=1`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key-0': keys[0]!, 'idempotency-key-1': keys[1]!, ...extra },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key-0': keys[0]!,
+        'idempotency-key-1': keys[1]!,
+        ...extra,
+      },
       body: JSON.stringify({ 0: { amount: 1 }, 1: { amount: 2 } }),
     });
     expect(batch.status).toBe(200);
@@ -307,27 +422,62 @@ describe('crafted headers', () => {
     // the same batch again: both replayed
     const again = await fetch(`${app.url}/pay,pay?batch=1`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key-0': keys[0]!, 'idempotency-key-1': keys[1]!, ...extra },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key-0': keys[0]!,
+        'idempotency-key-1': keys[1]!,
+        ...extra,
+      },
       body: JSON.stringify({ 0: { amount: 1 }, 1: { amount: 2 } }),
     });
-    expect([again.headers.get('idempotent-replayed-0'), again.headers.get('idempotent-replayed-1')]).toEqual(['true', 'true']);
+    expect([again.headers.get('idempotent-replayed-0'), again.headers.get('idempotent-replayed-1')]).toEqual([
+      'true',
+      'true',
+    ]);
   });
 
   it.each([
-    ['the key header twice, in two cases', [['Idempotency-Key', 'aaa'], ['idempotency-key', 'bbb']]],
-    ['the key header twice, same value', [['Idempotency-Key', 'aaa'], ['Idempotency-Key', 'aaa']]],
+    [
+      'the key header twice, in two cases',
+      [
+        ['Idempotency-Key', 'aaa'],
+        ['idempotency-key', 'bbb'],
+      ],
+    ],
+    [
+      'the key header twice, same value',
+      [
+        ['Idempotency-Key', 'aaa'],
+        ['Idempotency-Key', 'aaa'],
+      ],
+    ],
     ['an obsolete line folding', [['Idempotency-Key', 'aaa\r\n bbb']]],
     ['a space before the colon', [['Idempotency-Key ', 'aaa']]],
-    ['Content-Length and Transfer-Encoding together', [['Transfer-Encoding', 'chunked'], ['Idempotency-Key', 'aaa']]],
-    ['a second Content-Length', [['Content-Length', '0'], ['Idempotency-Key', 'aaa']]],
+    [
+      'Content-Length and Transfer-Encoding together',
+      [
+        ['Transfer-Encoding', 'chunked'],
+        ['Idempotency-Key', 'aaa'],
+      ],
+    ],
+    [
+      'a second Content-Length',
+      [
+        ['Content-Length', '0'],
+        ['Idempotency-Key', 'aaa'],
+      ],
+    ],
     ['a NUL byte in the key', [['Idempotency-Key', 'aaa\0bbb']]],
-  ] as [string, [string, string][]][])('header smuggling (%s): refused with 400, nothing runs, no store call', async (_label, headers) => {
-    const before = { calls: await scriptCalls(), runs: app.executions.length };
-    const answer = await sendRaw(port, rawRequest({ path: '/pay', headers, body: '{"amount":3}' }));
-    expect(answer.status).toBe(400);
-    expect(await scriptCalls()).toBe(before.calls);
-    expect(app.executions.length).toBe(before.runs);
-  });
+  ] as [string, [string, string][]][])(
+    'header smuggling (%s): refused with 400, nothing runs, no store call',
+    async (_label, headers) => {
+      const before = { calls: await scriptCalls(), runs: app.executions.length };
+      const answer = await sendRaw(port, rawRequest({ path: '/pay', headers, body: '{"amount":3}' }));
+      expect(answer.status).toBe(400);
+      expect(await scriptCalls()).toBe(before.calls);
+      expect(app.executions.length).toBe(before.runs);
+    },
+  );
 
   it('a key sent only in a chunked trailer is not a key: 400 key_missing', async () => {
     const body = '{"amount":3}';
@@ -346,7 +496,12 @@ describe('crafted headers', () => {
   // replaces an invalid or different Idempotency-Key that proxies, gateways and logs see.
   it('on a non-batch request, Idempotency-Key-0 neither rescues an invalid Idempotency-Key nor replaces a valid one', async () => {
     const crafted = randomUUID();
-    const invalid = await pay(app.url, undefined, { amount: 4 }, { headers: { 'idempotency-key': 'k'.repeat(300), 'idempotency-key-0': crafted } });
+    const invalid = await pay(
+      app.url,
+      undefined,
+      { amount: 4 },
+      { headers: { 'idempotency-key': 'k'.repeat(300), 'idempotency-key-0': crafted } },
+    );
     expect(invalid).toMatchObject({ status: 400, reason: 'key_invalid' });
 
     const declared = randomUUID();
@@ -354,6 +509,7 @@ describe('crafted headers', () => {
     const answer = await pay(app.url, declared, { amount: 4 }, { headers: { 'idempotency-key-0': other } });
     // whatever the server does with the pair (use the declared key, or refuse), it never runs under the crafted one
     expect((await pay(app.url, other, { amount: 4 })).replayed).toBe(false);
-    if (answer.status === 200) expect(await pay(app.url, declared, { amount: 4 })).toMatchObject({ replayed: true, chargeId: answer.chargeId });
+    if (answer.status === 200)
+      expect(await pay(app.url, declared, { amount: 4 })).toMatchObject({ replayed: true, chargeId: answer.chargeId });
   });
 });

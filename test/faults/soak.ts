@@ -50,17 +50,21 @@ const redisPersist = process.env.REDIS_PERSIST === '1';
 const log = (line: string) => console.log(`  ${new Date().toISOString().slice(11, 19)} ${line}`);
 const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
-if (redisPausesAt.length > 0 && !(redisPauseMs < lockTtl)) throw new Error(`REDIS_PAUSE_MS (${redisPauseMs}) must be below lockTtl (${lockTtl})`);
+if (redisPausesAt.length > 0 && !(redisPauseMs < lockTtl))
+  throw new Error(`REDIS_PAUSE_MS (${redisPauseMs}) must be below lockTtl (${lockTtl})`);
 for (const t of [...redisRestartsAt, ...redisPausesAt]) {
   if (t >= durationMs) console.log(`note: a Redis fault at ${s(t)} is past the end of the soak and will not happen`);
   const kill = Math.round(t / killEveryMs) * killEveryMs;
-  if (kill > 0 && kill < durationMs && Math.abs(kill - t) < 3_000) console.log(`note: the Redis fault at ${s(t)} is within 3 s of the app kill at ${s(kill)}`);
+  if (kill > 0 && kill < durationMs && Math.abs(kill - t) < 3_000)
+    console.log(`note: the Redis fault at ${s(t)} is within 3 s of the app kill at ${s(kill)}`);
 }
 
 let best = { concurrency: 8, rate: 0 };
 for (const concurrency of [8, 16, 32, 64]) {
   const probe = await runSoak({ durationMs: 5_000, killEveryMs: 1e9, concurrency, lockTtl });
-  console.log(`calibration: ${concurrency} clients -> ${probe.operationsPerSecond} operations/s, ${probe.requestsPerSecond} requests/s`);
+  console.log(
+    `calibration: ${concurrency} clients -> ${probe.operationsPerSecond} operations/s, ${probe.requestsPerSecond} requests/s`,
+  );
   if (probe.operationsPerSecond > best.rate * 1.05) best = { concurrency, rate: probe.operationsPerSecond };
 }
 console.log(
@@ -104,7 +108,10 @@ for (const p of report.redisPauses) {
   ]);
 }
 lines.push(...faultLines.sort((x, y) => x[0] - y[0]).map(([, line]) => line));
-const after = report.lastRestartSettledAt === undefined ? 'no Redis restart' : `the last Redis restart settled (PONG) at +${s(report.lastRestartSettledAt)}`;
+const after =
+  report.lastRestartSettledAt === undefined
+    ? 'no Redis restart'
+    : `the last Redis restart settled (PONG) at +${s(report.lastRestartSettledAt)}`;
 lines.push(
   `  clients                    ${report.concurrency}`,
   `  operations                 ${report.operations} (${report.operationsPerSecond}/s), of which duplicates ${report.duplicates}`,
@@ -116,7 +123,9 @@ lines.push(
   `  earliest such re-run       ${report.minReRunDelayMs ?? '-'} ms after the kill`,
 );
 if (report.redisPersist) {
-  lines.push(`  outcomes lost by the Redis restarts (persistence): none is excused; a loss would show below as a double execution or a lost outcome`);
+  lines.push(
+    `  outcomes lost by the Redis restarts (persistence): none is excused; a loss would show below as a double execution or a lost outcome`,
+  );
 } else {
   const { wipedClaims, wipedOutcomes } = report.reRunsAfterRedisRestart;
   lines.push(
@@ -138,6 +147,8 @@ lines.push(
 console.log(`\n${lines.join('\n')}`);
 for (const example of report.examples) console.log(`  ! ${example}`);
 for (const note of report.notes) console.log(`  (for illustration) ${note}`);
-const failed = report.doubleExecutions + report.conflictingResults + report.lostOutcomes + report.stuckKeys > 0 || report.maxBlockedMs > lockTtl + 3_000;
+const failed =
+  report.doubleExecutions + report.conflictingResults + report.lostOutcomes + report.stuckKeys > 0 ||
+  report.maxBlockedMs > lockTtl + 3_000;
 console.log(failed ? 'SOAK FAILED' : 'soak passed');
 process.exit(failed ? 1 : 0);

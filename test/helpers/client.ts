@@ -4,12 +4,17 @@ import { createTRPCClient, httpBatchLink, httpLink, splitLink, type TRPCLink } f
 import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import {
-  idempotencyHeaders,
-  idempotencyLink,
   type IdempotencyLinkOptions,
   type IdempotencyRetryEvent,
+  idempotencyHeaders,
+  idempotencyLink,
 } from '../../src/client.js';
-import { idempotencyErrorFormatter, type IdempotencyMeta, type IdempotencyStore, withIdempotency } from '../../src/index.js';
+import {
+  type IdempotencyMeta,
+  type IdempotencyStore,
+  idempotencyErrorFormatter,
+  withIdempotency,
+} from '../../src/index.js';
 import { startServer, type TestServer } from './trpc.js';
 
 /** One HTTP request as the server received it. */
@@ -32,7 +37,9 @@ export interface PaymentsServerOptions {
  * every request it receives and every execution of a procedure.
  */
 export async function startPaymentsServer(store: IdempotencyStore, options: PaymentsServerOptions = {}) {
-  const t = initTRPC.meta<IdempotencyMeta>().create(options.formatter === false ? {} : { errorFormatter: idempotencyErrorFormatter });
+  const t = initTRPC
+    .meta<IdempotencyMeta>()
+    .create(options.formatter === false ? {} : { errorFormatter: idempotencyErrorFormatter });
   const idempotent = withIdempotency(t.procedure, { store, retryAfter: options.retryAfter ?? 1 });
   const executions: { path: string; input: unknown }[] = [];
   /** Codes `flaky` throws, one per execution, before it succeeds. */
@@ -51,10 +58,12 @@ export async function startPaymentsServer(store: IdempotencyStore, options: Paym
       if (code !== undefined) throw new TRPCError({ code, message: `failure ${code}` });
       return { ok: input.n };
     }),
-    refuse: idempotent.input(z.object({ code: z.enum(['UNAUTHORIZED', 'FORBIDDEN', 'BAD_REQUEST']) })).mutation(({ input }) => {
-      executions.push({ path: 'refuse', input });
-      throw new TRPCError({ code: input.code, message: `refused: ${input.code}` });
-    }),
+    refuse: idempotent
+      .input(z.object({ code: z.enum(['UNAUTHORIZED', 'FORBIDDEN', 'BAD_REQUEST']) }))
+      .mutation(({ input }) => {
+        executions.push({ path: 'refuse', input });
+        throw new TRPCError({ code: input.code, message: `refused: ${input.code}` });
+      }),
     report: idempotent
       .meta({ idempotency: { maxResponseBytes: 100 } })
       .input(z.object({ size: z.number() }))
@@ -123,7 +132,7 @@ export function createIdempotentClient(server: PaymentsServer, options: TestClie
     options.transport === 'batch'
       ? batch()
       : options.transport === 'split'
-        ? splitLink({ condition: (op) => op.context['skipBatch'] === true, true: http(), false: batch() })
+        ? splitLink({ condition: (op) => op.context.skipBatch === true, true: http(), false: batch() })
         : http();
   const userOnRetry = options.link?.onRetry;
   const trpc = createTRPCClient<PaymentsRouter>({

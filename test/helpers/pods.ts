@@ -22,7 +22,12 @@ export function startPod(name: string, env: Record<string, string>): Promise<Pod
  * Runs a TypeScript server in a separate Node process and waits until its
  * output matches `ready`, whose first group is the port it listens on.
  */
-export function startProcess(name: string, script: string, env: Record<string, string>, ready = /listening (\d+)/): Promise<Pod> {
+export function startProcess(
+  name: string,
+  script: string,
+  env: Record<string, string>,
+  ready = /listening (\d+)/,
+): Promise<Pod> {
   const child = spawn(process.execPath, ['--import', 'tsx', script], {
     env: { ...process.env, REDIS_URL, POD: name, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -60,7 +65,10 @@ export function startProcess(name: string, script: string, env: Record<string, s
                 found(line);
                 return true;
               };
-              const giveUp = setTimeout(() => fail(new Error(`pod ${name} never printed ${pattern}: ${out}`)), timeoutMs);
+              const giveUp = setTimeout(
+                () => fail(new Error(`pod ${name} never printed ${pattern}: ${out}`)),
+                timeoutMs,
+              );
               if (!check()) child.stdout!.on('data', check);
             }),
           kill: (signal = 'SIGTERM') =>

@@ -26,7 +26,9 @@ export interface PrivatePostgres {
 /** Runs a PostgreSQL binary as the `postgres` user: PostgreSQL refuses to run as root, and CI runs as root. */
 async function asPostgres(binary: string, args: string[]): Promise<void> {
   const asRoot = process.getuid?.() === 0;
-  const [command, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', join(BIN, binary), ...args]] : [join(BIN, binary), args];
+  const [command, argv] = asRoot
+    ? ['runuser', ['-u', 'postgres', '--', join(BIN, binary), ...args]]
+    : [join(BIN, binary), args];
   await run(command, argv, { timeout: 60_000 });
 }
 
@@ -49,11 +51,19 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   const start = () =>
     asPostgres('pg_ctl', [
-      '-D', data, '-l', join(dir, 'log'), '-w', '-t', '60',
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50`,
+      '-D',
+      data,
+      '-l',
+      join(dir, 'log'),
+      '-w',
+      '-t',
+      '60',
+      '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50`,
       'start',
     ]);
-  const stop = (mode: 'fast' | 'immediate' = 'fast') => asPostgres('pg_ctl', ['-D', data, '-m', mode, '-w', '-t', '60', 'stop']);
+  const stop = (mode: 'fast' | 'immediate' = 'fast') =>
+    asPostgres('pg_ctl', ['-D', data, '-m', mode, '-w', '-t', '60', 'stop']);
   let running = false;
   try {
     await asPostgres('initdb', ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '--no-instructions']);

@@ -35,7 +35,12 @@ export async function isolatedSchema(label: string, poolSize = 10, migrate = tru
   const pool = new pg.Pool({ connectionString: url, max: poolSize });
   pool.on('error', () => {});
   const db = drizzlePg(pool);
-  if (migrate) await migrateIdempotencyKeys(db, { migrationsFolder: MIGRATIONS, migrationsSchema: schema, migrationsTable: MIGRATIONS_TABLE });
+  if (migrate)
+    await migrateIdempotencyKeys(db, {
+      migrationsFolder: MIGRATIONS,
+      migrationsSchema: schema,
+      migrationsTable: MIGRATIONS_TABLE,
+    });
   return {
     db,
     pool,
@@ -55,9 +60,15 @@ export async function isolatedSchema(label: string, poolSize = 10, migrate = tru
  * A pool on `schema` whose sessions default to the isolation `level`, as some
  * teams configure their database (`default_transaction_isolation`). The caller ends it.
  */
-export function poolAtIsolation(schema: PgSchema, level: 'read committed' | 'repeatable read' | 'serializable'): pg.Pool {
+export function poolAtIsolation(
+  schema: PgSchema,
+  level: 'read committed' | 'repeatable read' | 'serializable',
+): pg.Pool {
   const url = new URL(schema.url);
-  url.searchParams.set('options', `-c search_path=${schema.schema} -c default_transaction_isolation=${level.replace(' ', '\\ ')}`);
+  url.searchParams.set(
+    'options',
+    `-c search_path=${schema.schema} -c default_transaction_isolation=${level.replace(' ', '\\ ')}`,
+  );
   const pool = new pg.Pool({ connectionString: url.toString(), max: 10 });
   pool.on('error', () => {});
   return pool;

@@ -1,4 +1,4 @@
-import { createServer, type AddressInfo, type Socket, connect } from 'node:net';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 
 /** One proxied connection: what the client sent and what the server answers pass through these. */
 export interface PipeHooks {

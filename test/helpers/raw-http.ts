@@ -27,7 +27,11 @@ export function rawRequest(opts: { method?: string; path: string; headers?: RawH
     ),
   ];
   for (const [name, value] of opts.headers ?? []) {
-    parts.push(Buffer.from(`${name}: `, 'latin1'), typeof value === 'string' ? Buffer.from(value, 'latin1') : Buffer.from(value), Buffer.from('\r\n'));
+    parts.push(
+      Buffer.from(`${name}: `, 'latin1'),
+      typeof value === 'string' ? Buffer.from(value, 'latin1') : Buffer.from(value),
+      Buffer.from('\r\n'),
+    );
   }
   parts.push(Buffer.from('\r\n'), body);
   return Buffer.concat(parts);
@@ -40,7 +44,11 @@ export function sendRaw(port: number, bytes: Buffer, timeoutMs = 15_000): Promis
     const chunks: Buffer[] = [];
     const timer = setTimeout(() => {
       socket.destroy();
-      reject(new Error(`no complete response within ${timeoutMs} ms: ${Buffer.concat(chunks).toString('latin1').slice(0, 300)}`));
+      reject(
+        new Error(
+          `no complete response within ${timeoutMs} ms: ${Buffer.concat(chunks).toString('latin1').slice(0, 300)}`,
+        ),
+      );
     }, timeoutMs);
     socket.on('data', (chunk) => chunks.push(chunk));
     socket.on('error', () => {}); // a reset after the response is normal when the server refuses the rest

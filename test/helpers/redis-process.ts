@@ -35,9 +35,13 @@ export async function startControlledRedis(options: { persist?: boolean } = {}):
   let child: ChildProcess | undefined;
 
   async function start() {
-    const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir, ...persistence], {
-      stdio: 'ignore',
-    });
+    const proc = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir, ...persistence],
+      {
+        stdio: 'ignore',
+      },
+    );
     child = proc;
     await waitForRedis(port, proc);
   }

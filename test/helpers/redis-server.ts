@@ -27,9 +27,13 @@ export async function startPrivateRedis(extraArgs: string[] = []): Promise<Priva
 
 async function startPrivateRedisOn(port: number, extraArgs: string[]): Promise<PrivateRedis> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-redis-'));
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs], {
-    stdio: 'ignore',
-  });
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    {
+      stdio: 'ignore',
+    },
+  );
   await waitForRedis(port, child);
   return {
     port,
@@ -108,11 +112,17 @@ export async function startPrivateCluster(masters = 3): Promise<PrivateCluster> 
     if (!ports.includes(port) && (await portIsFree(port)) && (await portIsFree(port + 10_000))) ports.push(port);
   }
   const nodes = await Promise.all(
-    ports.map((port) => startPrivateRedisOn(port, ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`])),
+    ports.map((port) =>
+      startPrivateRedisOn(port, ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`]),
+    ),
   );
-  const create = spawn('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], {
-    stdio: 'ignore',
-  });
+  const create = spawn(
+    'redis-cli',
+    ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'],
+    {
+      stdio: 'ignore',
+    },
+  );
   const code = await new Promise<number | null>((resolve) => create.once('exit', resolve));
   if (code !== 0) throw new Error(`redis-cli --cluster create exited with ${code}`);
   for (const port of ports) {

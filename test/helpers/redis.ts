@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -11,7 +11,13 @@ export function connectRedis(): Redis {
 
 /** A client on a port where nothing listens: every command fails or hangs until it gives up. */
 export function deadRedis(): Redis {
-  const client = new Redis({ host: '127.0.0.1', port: 1, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => 50 });
+  const client = new Redis({
+    host: '127.0.0.1',
+    port: 1,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => 50,
+  });
   client.on('error', () => {});
   return client;
 }

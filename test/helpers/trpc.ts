@@ -1,8 +1,15 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createTRPCClient, httpBatchLink, httpLink, type Operation, type TRPCClientError, type TRPCLink } from '@trpc/client';
+import {
+  createTRPCClient,
+  httpBatchLink,
+  httpLink,
+  type Operation,
+  type TRPCClientError,
+  type TRPCLink,
+} from '@trpc/client';
 import type { AnyTRPCRouter } from '@trpc/server';
-import { createHTTPServer, type CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
+import { type CreateHTTPContextOptions, createHTTPServer } from '@trpc/server/adapters/standalone';
 
 export interface TestServer {
   url: string;
@@ -99,6 +106,5 @@ export function gate() {
   const opened = new Promise<void>((resolve) => (open = resolve));
   return { opened, open };
 }
-
 
 export { sleep } from './redis.js';

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NPM_FLAGS, packLibrary, REPO, run } from './pack.js';
 
-export const TRPC_VERSIONS = ['11.19.0', '11.22.1', '11.25.2'] as const;
+const TRPC_VERSIONS = ['11.19.0', '11.22.1', '11.25.2'] as const;
 
 const dirs: string[] = [];
 let tgz: string;
@@ -25,7 +25,7 @@ beforeAll(async () => {
   ({ tgz } = await packLibrary(packDir));
 });
 afterAll(() => {
-  if (process.env.KEEP_STACKS !== "1") for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  if (process.env.KEEP_STACKS !== '1') for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
 interface Report {
@@ -88,7 +88,9 @@ async function runScenario(version: string): Promise<Report> {
   // Type-checked against this tRPC version's declarations, ours included (skipLibCheck off). Errors
   // inside tRPC's own declarations (11.19's adapters/ws wants the 'ws' types) are tRPC's, not ours.
   const tsc = spawnSync(join(REPO, 'node_modules/.bin/tsc'), ['-p', dir], { cwd: dir, encoding: 'utf8' });
-  const errors = tsc.stdout.split('\n').filter((line) => /error TS\d+/.test(line) && !line.startsWith('node_modules/@trpc/'));
+  const errors = tsc.stdout
+    .split('\n')
+    .filter((line) => /error TS\d+/.test(line) && !line.startsWith('node_modules/@trpc/'));
   expect(errors, `tsc against tRPC ${version}`).toEqual([]);
   const { output } = await run(process.execPath, [join(dir, 'out/scenario.js')], dir);
   return JSON.parse(output.trim().split('\n').at(-1)!) as Report;
@@ -103,7 +105,9 @@ describe.each(TRPC_VERSIONS)('tRPC %s, create-t3-app-shaped server', (version) =
 
   it('without the transformer option: read from the builder from 11.22, refused at creation before', () => {
     if (version === '11.19.0') {
-      expect(report.leftOut).toMatch(/^refused: .*does not tell a procedure builder which data transformer.*transformer: superjson/);
+      expect(report.leftOut).toMatch(
+        /^refused: .*does not tell a procedure builder which data transformer.*transformer: superjson/,
+      );
     } else {
       expect(report.leftOut).toBe('accepted');
     }
@@ -126,7 +130,11 @@ describe.each(TRPC_VERSIONS)('tRPC %s, create-t3-app-shaped server', (version) =
         // The mixed batch: a replay, a fresh run, and the key reused with another payload refused with 422.
         expect(r.mixed[0]).toBe(r.first[0]);
         expect(r.mixed[1]).toMatch(/^\d+:Date:bigint$/);
-        expect(r.mixed[2]).toEqual({ status: 422, reason: formatter === 'library' ? 'payload_mismatch' : null, isClientError: true });
+        expect(r.mixed[2]).toEqual({
+          status: 422,
+          reason: formatter === 'library' ? 'payload_mismatch' : null,
+          isClientError: true,
+        });
         // A `{ headers }` context gives no way to set response headers: no replay marker, on any link.
         expect(r.replayedHeaders).toBe(0);
         if (link.startsWith('splitLink')) expect(r.ticks).toEqual([1, 2, 3]);

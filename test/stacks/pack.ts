@@ -39,7 +39,12 @@ export interface RunResult {
 }
 
 /** Runs a command to its end; throws with its output unless it exits with 0. */
-export function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = commandEnv()): Promise<RunResult> {
+export function run(
+  command: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv = commandEnv(),
+): Promise<RunResult> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -50,7 +55,10 @@ export function run(command: string, args: string[], cwd: string, env: NodeJS.Pr
     child.once('close', (code, signal) => {
       const ms = Math.round(performance.now() - started);
       if (code === 0) resolve({ output, ms });
-      else reject(new Error(`\`${command} ${args.join(' ')}\` in ${cwd} ended with ${code ?? signal}:\n${output.slice(-6000)}`));
+      else
+        reject(
+          new Error(`\`${command} ${args.join(' ')}\` in ${cwd} ended with ${code ?? signal}:\n${output.slice(-6000)}`),
+        );
     });
   });
 }
@@ -63,12 +71,18 @@ export async function packLibrary(into: string): Promise<{ tgz: string; ms: numb
   for (let attempt = 1; ; attempt++) {
     await run('npm', ['run', 'build', '--silent'], REPO);
     const { output } = await run('npm', ['pack', '--json', '--pack-destination', into], REPO);
-    const [packed] = JSON.parse(output.slice(output.indexOf('['))) as Array<{ filename: string; files: Array<{ path: string }> }>;
+    const [packed] = JSON.parse(output.slice(output.indexOf('['))) as Array<{
+      filename: string;
+      files: Array<{ path: string }>;
+    }>;
     const tgz = join(into, packed!.filename);
     const files = new Set(packed!.files.map((f) => f.path));
     if (!existsSync(tgz)) throw new Error(`npm pack made no ${tgz}:\n${output}`);
-    if (files.has('dist/index.js') && files.has('dist/client.js')) return { tgz, ms: Math.round(performance.now() - started) };
-    if (attempt === 3) throw new Error(`npm pack packed no dist/ three times (is another build of this checkout running?):\n${[...files].join('\n')}`);
+    if (files.has('dist/index.js') && files.has('dist/client.js'))
+      return { tgz, ms: Math.round(performance.now() - started) };
+    if (attempt === 3)
+      throw new Error(
+        `npm pack packed no dist/ three times (is another build of this checkout running?):\n${[...files].join('\n')}`,
+      );
   }
 }
-

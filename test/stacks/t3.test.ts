@@ -36,7 +36,15 @@ beforeAll(async () => {
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
 }, 300_000);
 
@@ -89,7 +97,9 @@ async function readPayRequest(request: Request): Promise<PayRequest> {
   const paths = new URL(url).pathname.replace(/^\/api\/trpc\//, '');
   const calls = paths.split(',').length;
   const batch = new URL(url).searchParams.get('batch') === '1';
-  const keys = Array.from({ length: calls }, (_, i) => (batch ? headers[`idempotency-key-${i}`] : headers['idempotency-key']));
+  const keys = Array.from({ length: calls }, (_, i) =>
+    batch ? headers[`idempotency-key-${i}`] : headers['idempotency-key'],
+  );
   return { url, body: request.postData() ?? '', headers, calls, keys };
 }
 
@@ -132,21 +142,25 @@ for (const variant of VARIANTS) {
       context = await browser!.newContext();
       page = await context.newPage();
       page.on('request', (request) => {
-        if (request.method() === 'POST' && new URL(request.url()).pathname.startsWith('/api/trpc/payment.pay')) sent.push(readPayRequest(request));
+        if (request.method() === 'POST' && new URL(request.url()).pathname.startsWith('/api/trpc/payment.pay'))
+          sent.push(readPayRequest(request));
       });
       await page.goto(`${app.url}/pay`);
       await page.waitForSelector('main[data-ready="true"]'); // hydrated: the buttons have their handlers
     }, 600_000);
 
     afterAll(async () => {
-      if (report[variant.name] !== undefined && testsStarted > 0) report[variant.name]!.test = Math.round(performance.now() - testsStarted);
-      if (page !== undefined) await page.screenshot({ path: join(artifacts, `t3-${variant.name}.png`), fullPage: true }).catch(() => {});
+      if (report[variant.name] !== undefined && testsStarted > 0)
+        report[variant.name]!.test = Math.round(performance.now() - testsStarted);
+      if (page !== undefined)
+        await page.screenshot({ path: join(artifacts, `t3-${variant.name}.png`), fullPage: true }).catch(() => {});
       await context?.close();
       await app?.stop();
     }, 60_000);
 
     it(`npm install <packed trpc-idempotency> succeeds next to tRPC ${trpcVersion}, with no --legacy-peer-deps nor --force`, () => {
-      for (const [name, version] of Object.entries(variant.dependencies)) expect(app.versions[name], name).toBe(version);
+      for (const [name, version] of Object.entries(variant.dependencies))
+        expect(app.versions[name], name).toBe(version);
       expect(app.versions['trpc-idempotency']).not.toBe('missing');
       expect(app.libraryInstallOutput).not.toMatch(/ERESOLVE|overriding peer dependency|Conflicting peer dependency/i);
     });
@@ -247,7 +261,12 @@ for (const variant of VARIANTS) {
       expect(answers.every((a) => a.date === 'true' && a.error === undefined)).toBe(true);
       const charges = answers.map((a) => a.charge!);
       expect(new Set(charges).size).toBe(3);
-      expect(after.charges.slice(-3).map((c) => c.chargeId).sort()).toEqual([...charges].sort());
+      expect(
+        after.charges
+          .slice(-3)
+          .map((c) => c.chargeId)
+          .sort(),
+      ).toEqual([...charges].sort());
       const inputs = JSON.parse(request!.body) as Record<string, { json: { amount: number } }>;
       batch = { request: request!, charges, amounts: [0, 1, 2].map((i) => inputs[i]!.json.amount) };
       expect(batch.amounts).toEqual([100, 200, 300]);
@@ -258,7 +277,7 @@ for (const variant of VARIANTS) {
       const before = await stats(app);
       const { request } = batch!;
       const headers: Record<string, string> = { 'content-type': 'application/json' };
-      request.keys.forEach((key, i) => (headers[`idempotency-key-${i}`] = key!));
+      for (const [i, key] of request.keys.entries()) headers[`idempotency-key-${i}`] = key!;
       const response = await fetch(request.url, { method: 'POST', headers, body: request.body });
       expect(response.status).toBe(200);
       const body = (await response.json()) as Array<{ result: { data: SuperJSONResult } }>;
@@ -290,7 +309,11 @@ for (const variant of VARIANTS) {
         }),
       });
       expect(response.status).toBe(207);
-      const body = (await response.json()) as [{ result: { data: SuperJSONResult } }, { result: { data: SuperJSONResult } }, { error: SuperJSONResult }];
+      const body = (await response.json()) as [
+        { result: { data: SuperJSONResult } },
+        { result: { data: SuperJSONResult } },
+        { error: SuperJSONResult },
+      ];
       const replay = SuperJSON.deserialize<Charge>(body[0].result.data);
       const ran = SuperJSON.deserialize<Charge>(body[1].result.data);
       const refused = SuperJSON.deserialize<{ message: string; data: Record<string, unknown> }>(body[2].error);

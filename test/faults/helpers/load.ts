@@ -95,7 +95,10 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
       const live = targets();
       const url = live[Math.floor(Math.random() * live.length)];
       const attemptAt = Date.now();
-      const result = url === undefined ? { status: 0, replayed: false } : await pay(url, key, input, { timeoutMs: 15_000, ...(options.path ? { path: options.path } : {}) });
+      const result =
+        url === undefined
+          ? { status: 0, replayed: false }
+          : await pay(url, key, input, { timeoutMs: 15_000, ...(options.path ? { path: options.path } : {}) });
       requests++;
       byStatus[result.status] = (byStatus[result.status] ?? 0) + 1;
       options.onAttempt?.({
@@ -160,7 +163,12 @@ export function conflictingResults(result: LoadResult): KeyRecord[] {
  * Sends every succeeded key once more and returns those whose answer is not
  * a replay of the result the clients received: lost outcomes.
  */
-export async function lostOutcomes(result: LoadResult, url: () => string, path = 'pay', parallel = 16): Promise<{ key: string; got: string }[]> {
+export async function lostOutcomes(
+  result: LoadResult,
+  url: () => string,
+  path = 'pay',
+  parallel = 16,
+): Promise<{ key: string; got: string }[]> {
   const done = [...result.keys.values()].filter((r) => r.chargeIds.size > 0);
   const lost: { key: string; got: string }[] = [];
   let next = 0;
@@ -171,7 +179,10 @@ export async function lostOutcomes(result: LoadResult, url: () => string, path =
         const again = await pay(url(), record.key, { amount: amountOf(record.key) }, { path });
         const expected = [...record.chargeIds][0];
         if (again.status !== 200 || !again.replayed || again.chargeId !== expected) {
-          lost.push({ key: record.key, got: `${again.status} replayed=${again.replayed} ${again.chargeId ?? again.reason ?? ''}` });
+          lost.push({
+            key: record.key,
+            got: `${again.status} replayed=${again.replayed} ${again.chargeId ?? again.reason ?? ''}`,
+          });
         }
       }
     }),

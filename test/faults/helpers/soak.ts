@@ -232,7 +232,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const log = options.log ?? (() => {});
   const restartsAt = options.redisRestartsAt ?? [];
   const pausesAt = options.redisPausesAt ?? [];
-  if (pausesAt.length > 0 && !(pauseMs < lockTtl)) throw new Error(`runSoak: a Redis pause (${pauseMs} ms) must be shorter than lockTtl (${lockTtl} ms).`);
+  if (pausesAt.length > 0 && !(pauseMs < lockTtl))
+    throw new Error(`runSoak: a Redis pause (${pauseMs} ms) must be shorter than lockTtl (${lockTtl} ms).`);
 
   const store: ControlledRedis = await startControlledRedis({ persist });
   const logServer = await startPrivateRedis();
@@ -255,7 +256,13 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   async function launch(slot: 'a' | 'b') {
     const name = `${slot}${++generation[slot]}`;
     readyTimes.set(name, []);
-    const pod = await startPod(name, { REDIS_URL: store.url, LOG_URL: logUrl, PREFIX, LOG_KEY, LOCK_TTL: String(lockTtl) });
+    const pod = await startPod(name, {
+      REDIS_URL: store.url,
+      LOG_URL: logUrl,
+      PREFIX,
+      LOG_KEY,
+      LOCK_TTL: String(lockTtl),
+    });
     all.push(pod);
     podOfUrl.set(pod.url, name);
     let pending = '';
@@ -278,7 +285,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     await Promise.all([launch('a'), launch('b')]);
 
     const plan: { at: number; kind: Fault['kind'] }[] = [];
-    for (let at = options.killEveryMs; at < options.durationMs; at += options.killEveryMs) plan.push({ at, kind: 'app-kill' });
+    for (let at = options.killEveryMs; at < options.durationMs; at += options.killEveryMs)
+      plan.push({ at, kind: 'app-kill' });
     for (const at of restartsAt) if (at < options.durationMs) plan.push({ at, kind: 'redis-restart' });
     for (const at of pausesAt) if (at < options.durationMs) plan.push({ at, kind: 'redis-pause' });
     plan.sort((x, y) => x.at - y.at);
@@ -327,7 +335,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           };
           faults.push({ kind: 'redis-restart', at: rel(killedAt), report });
           podsAtRestart.set(report, podsAtKill); // podsReadyAt is filled in at the end, from their output
-          log(`Redis restarted (SIGKILL, ${persist ? 'with' : 'without'} persistence): ${recordsBefore} records before, ${recordsAfter} after; down ${upAt - killedAt} ms`);
+          log(
+            `Redis restarted (SIGKILL, ${persist ? 'with' : 'without'} persistence): ${recordsBefore} records before, ${recordsAfter} after; down ${upAt - killedAt} ms`,
+          );
         } else {
           const pausedAt = Date.now();
           paused = true;
@@ -336,7 +346,11 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           store.resume();
           paused = false;
           const resumedAt = Date.now();
-          faults.push({ kind: 'redis-pause', at: rel(pausedAt), report: { pausedAt: rel(pausedAt), resumedAt: rel(resumedAt), answers: {}, refused503: 0 } });
+          faults.push({
+            kind: 'redis-pause',
+            at: rel(pausedAt),
+            report: { pausedAt: rel(pausedAt), resumedAt: rel(resumedAt), answers: {}, refused503: 0 },
+          });
           log(`Redis paused (SIGSTOP) for ${resumedAt - pausedAt} ms, then resumed (SIGCONT)`);
         }
       }
@@ -397,7 +411,15 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         if (list === undefined) runs.set(key, (list = []));
         list.push({ pod, at: Number(at), server: serverOf(Number(readyAt)) });
       } else if (parts[0] === 'ev') {
-        const [, pod, key, at, readyAt, eventResult, detail] = parts as [string, string, string, string, string, string, string];
+        const [, pod, key, at, readyAt, eventResult, detail] = parts as [
+          string,
+          string,
+          string,
+          string,
+          string,
+          string,
+          string,
+        ];
         let list = podEvents.get(key);
         if (list === undefined) podEvents.set(key, (list = []));
         list.push({ pod, at: Number(at), server: serverOf(Number(readyAt)), result: eventResult, detail });
@@ -429,21 +451,37 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         if (!persist && later.server > earlier.server) {
           // Its claim is in a later server process: the earlier claim, or the outcome, was wiped.
           rerunByRestart.add(key);
-          const stored = keyEvents.some((e) => e.result === 'completed' && e.at >= earlier.at && e.server < later.server);
+          const stored = keyEvents.some(
+            (e) => e.result === 'completed' && e.at >= earlier.at && e.server < later.server,
+          );
           if (stored) {
             reRunsAfterRedisRestart.wipedOutcomes++;
             outcomeLostKeys.add(key);
           } else {
             reRunsAfterRedisRestart.wipedClaims++;
           }
-          if (notes.length < 3 && (stored ? notes.every((n) => !n.includes('stored outcome')) : notes.every((n) => !n.includes('claim in flight')))) {
-            notes.push(`re-run by the empty Redis restart (${stored ? 'stored outcome' : 'claim in flight'} wiped): ${timeline(key)}`);
+          if (
+            notes.length < 3 &&
+            (stored
+              ? notes.every((n) => !n.includes('stored outcome'))
+              : notes.every((n) => !n.includes('claim in flight')))
+          ) {
+            notes.push(
+              `re-run by the empty Redis restart (${stored ? 'stored outcome' : 'claim in flight'} wiped): ${timeline(key)}`,
+            );
           }
         } else if (
           killedAt !== undefined &&
           later.at >= killedAt &&
           // a stored outcome does not expire with its process: then the re-run is a double execution
-          !keyEvents.some((e) => e.result === 'completed' && e.pod === earlier.pod && e.at >= earlier.at && e.at <= later.at && (persist || e.server === later.server))
+          !keyEvents.some(
+            (e) =>
+              e.result === 'completed' &&
+              e.pod === earlier.pod &&
+              e.at >= earlier.at &&
+              e.at <= later.at &&
+              (persist || e.server === later.server),
+          )
         ) {
           // A later run is allowed once the process running the earlier one was dead (its claim expired).
           reRunsAfterCrash++;
@@ -467,7 +505,11 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       const records = redisStore({ client: redis, prefix: PREFIX });
       const lookUp = async (key: string) => {
         const probe = { id: recordId(undefined, 'pay', key), token: 'soak-probe' };
-        const found = await records.claim({ ...probe, fingerprint: fingerprint('pay', { amount: amountOf(key) }), lockTtl: 60_000 });
+        const found = await records.claim({
+          ...probe,
+          fingerprint: fingerprint('pay', { amount: amountOf(key) }),
+          lockTtl: 60_000,
+        });
         if (found.state !== 'acquired') return found;
         await records.release(probe);
         return undefined;
@@ -479,17 +521,29 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           const found = replies[j];
           const state = found?.state ?? null;
           const body = found !== undefined && 'body' in found ? found.body : undefined;
-          const stored = state === 'completed' && body !== undefined ? (JSON.parse(body) as { chargeId: string }).chargeId : undefined;
+          const stored =
+            state === 'completed' && body !== undefined
+              ? (JSON.parse(body) as { chargeId: string }).chargeId
+              : undefined;
           if (stored !== undefined && r.chargeIds.has(stored)) return;
-          const completedHere = (podEvents.get(r.key) ?? []).some((e) => e.result === 'completed' && e.server === finalServer);
-          if (!persist && !isAfter(r.key) && ((state === null && !completedHere) || (state !== null && rerunByRestart.has(r.key)))) {
+          const completedHere = (podEvents.get(r.key) ?? []).some(
+            (e) => e.result === 'completed' && e.server === finalServer,
+          );
+          if (
+            !persist &&
+            !isAfter(r.key) &&
+            ((state === null && !completedHere) || (state !== null && rerunByRestart.has(r.key)))
+          ) {
             // Stored only in a server process a restart wiped, or replaced by a re-run the restart caused.
             outcomesWipedAtEnd++;
             return;
           }
           lostOutcomes++;
           if (isAfter(r.key)) lostOutcomesAfterLastRestart++;
-          if (examples.length < 10) examples.push(`lost outcome (client saw ${[...r.chargeIds]}, store has ${state} ${body}) of ${timeline(r.key)}`);
+          if (examples.length < 10)
+            examples.push(
+              `lost outcome (client saw ${[...r.chargeIds]}, store has ${state} ${body}) of ${timeline(r.key)}`,
+            );
         });
       }
     });
@@ -497,7 +551,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const conflicting = [...result.keys.values()].filter((r) => r.chargeIds.size > 1);
     const excusedConflicts = conflicting.filter((r) => !persist && rerunByRestart.has(r.key));
     const unexplained = conflicting.filter((r) => persist || !rerunByRestart.has(r.key));
-    for (const r of unexplained.slice(0, 3)) examples.push(`conflicting results (${[...r.chargeIds]}) for ${timeline(r.key)}`);
+    for (const r of unexplained.slice(0, 3))
+      examples.push(`conflicting results (${[...r.chargeIds]}) for ${timeline(r.key)}`);
     const stuck = [...result.keys.values()].filter((r) => r.failed !== undefined);
     for (const r of stuck.slice(0, 3)) examples.push(`stuck (${r.failed}): ${timeline(r.key)}`);
 
@@ -505,7 +560,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     for (const restart of restarts) {
       const podsAtKill = podsAtRestart.get(restart) ?? [];
       const readies = podsAtKill.map((pod) => readyTimes.get(pod)?.find((at) => at >= t0 + restart.killedAt));
-      restart.podsReadyAt = readies.every((at) => at !== undefined) && readies.length > 0 ? rel(Math.max(...readies)) : undefined;
+      restart.podsReadyAt =
+        readies.every((at) => at !== undefined) && readies.length > 0 ? rel(Math.max(...readies)) : undefined;
       restart.answers = tally(restart.killedAt, Math.max(restart.upAt, restart.podsReadyAt ?? 0));
     }
     for (const pause of pauses) {
@@ -582,7 +638,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         `requests: ${
           keyAttempts
             .slice(0, 16)
-            .map((a) => `${(a.url && podOfUrl.get(a.url)) ?? '-'} ${s(a.sentAt)}..${s(a.answeredAt)} ${a.status}${a.chargeId ? ` ${a.chargeId.slice(0, 8)}${a.replayed ? ' replayed' : ''}` : ''}`)
+            .map(
+              (a) =>
+                `${(a.url && podOfUrl.get(a.url)) ?? '-'} ${s(a.sentAt)}..${s(a.answeredAt)} ${a.status}${a.chargeId ? ` ${a.chargeId.slice(0, 8)}${a.replayed ? ' replayed' : ''}` : ''}`,
+            )
             .join('; ') + (keyAttempts.length > 16 ? `; … ${keyAttempts.length - 16} more` : '')
         }`,
         `faults around: ${

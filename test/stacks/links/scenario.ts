@@ -24,10 +24,10 @@ import {
   type TRPCLink,
 } from '@trpc/client';
 import { initTRPC } from '@trpc/server';
-import { EventSource } from 'eventsource';
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+import { EventSource } from 'eventsource';
 import superjson from 'superjson';
-import { idempotencyErrorFormatter, IdempotencyConfigError, memoryStore, withIdempotency } from 'trpc-idempotency';
+import { IdempotencyConfigError, idempotencyErrorFormatter, memoryStore, withIdempotency } from 'trpc-idempotency';
 import { getHttpStatus, getIdempotencyReason, idempotencyHeaders, idempotencyLink } from 'trpc-idempotency/client';
 import { z } from 'zod';
 
@@ -51,11 +51,18 @@ function buildApp(formatter: Formatter, transformerOption: 'given' | 'left out')
     ...(transformerOption === 'given' ? { transformer: superjson } : {}),
   });
   const router = t.router({
-    pay: idempotentProcedure.input(z.object({ amount: z.number().int().positive(), tag: z.string() })).mutation(async ({ input }) => {
-      runs.set(input.tag, (runs.get(input.tag) ?? 0) + 1);
-      await new Promise((resolve) => setTimeout(resolve, 150));
-      return { chargeId: ++chargeIds, amount: input.amount, createdAt: new Date(), cents: BigInt(input.amount) * 100n };
-    }),
+    pay: idempotentProcedure
+      .input(z.object({ amount: z.number().int().positive(), tag: z.string() }))
+      .mutation(async ({ input }) => {
+        runs.set(input.tag, (runs.get(input.tag) ?? 0) + 1);
+        await new Promise((resolve) => setTimeout(resolve, 150));
+        return {
+          chargeId: ++chargeIds,
+          amount: input.amount,
+          createdAt: new Date(),
+          cents: BigInt(input.amount) * 100n,
+        };
+      }),
     ticks: t.procedure.subscription(async function* () {
       for (let i = 1; i <= 3; i++) yield i;
     }),
@@ -115,7 +122,7 @@ interface Seen {
  * next, the terminating link last with `headers: idempotencyHeaders()`.
  * `fetch` counts requests, reads replay headers, and can drop one answer.
  */
-function makeClient(app: App, url: string, link: LinkName, seen: Seen, drop: { next: boolean }) {
+function makeClient(url: string, link: LinkName, seen: Seen, drop: { next: boolean }) {
   const fetchSpy: typeof fetch = async (input, init) => {
     seen.requests++;
     const response = await fetch(input, init);
@@ -166,7 +173,7 @@ async function scenario(link: LinkName, formatter: Formatter) {
   const server = await serve(app);
   const seen: Seen = { replayedHeaders: 0, requests: 0 };
   const drop = { next: false };
-  const client = makeClient(app, server.url, link, seen, drop);
+  const client = makeClient(server.url, link, seen, drop);
   const tag = (name: string) => `${link}/${formatter}/${name}`;
   const pay = (name: string, key: string, amount = 100) =>
     client.pay.mutate({ amount, tag: tag(name) }, { context: { idempotencyKey: key } });
@@ -225,7 +232,8 @@ async function scenario(link: LinkName, formatter: Formatter) {
 async function main() {
   const links: LinkName[] = ['httpLink', 'httpBatchLink', 'httpBatchStreamLink', 'splitLink+httpSubscriptionLink'];
   const results = [];
-  for (const link of links) for (const formatter of ['t3', 'library'] as const) results.push(await scenario(link, formatter));
+  for (const link of links)
+    for (const formatter of ['t3', 'library'] as const) results.push(await scenario(link, formatter));
   // Without the transformer option: read from the builder (@trpc/server >= 11.22), or refused at creation.
   let leftOut: string;
   try {

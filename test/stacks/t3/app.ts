@@ -41,7 +41,12 @@ function filesUnder(dir: string): string[] {
 }
 
 /** Generates the app, applies the documented changes, installs, builds and starts it. */
-export async function createT3App(variant: Variant, workDir: string, tgz: string, log: (line: string) => void): Promise<T3App> {
+export async function createT3App(
+  variant: Variant,
+  workDir: string,
+  tgz: string,
+  log: (line: string) => void,
+): Promise<T3App> {
   const dir = join(workDir, `t3-${variant.name}`);
   const timings: Partial<Timings> = {};
 
@@ -56,13 +61,20 @@ export async function createT3App(variant: Variant, workDir: string, tgz: string
         '--CI',
         '--trpc',
         '--appRouter',
-        '--tailwind', 'false',
-        '--nextAuth', 'false',
-        '--betterAuth', 'false',
-        '--prisma', 'false',
-        '--drizzle', 'false',
-        '--eslint', 'false',
-        '--biome', 'false',
+        '--tailwind',
+        'false',
+        '--nextAuth',
+        'false',
+        '--betterAuth',
+        'false',
+        '--prisma',
+        'false',
+        '--drizzle',
+        'false',
+        '--eslint',
+        'false',
+        '--biome',
+        'false',
         '--noGit',
         '--noInstall',
       ],
@@ -91,7 +103,9 @@ export async function createT3App(variant: Variant, workDir: string, tgz: string
       const to = join(dir, file);
       const replaced = existsSync(to);
       if (replaced !== variant.replaces.includes(file)) {
-        throw new Error(replaced ? `example-app/t3/${overlay}/${file} would overwrite t3's ${file}` : `t3 has no ${file} to replace`);
+        throw new Error(
+          replaced ? `example-app/t3/${overlay}/${file} would overwrite t3's ${file}` : `t3 has no ${file} to replace`,
+        );
       }
       mkdirSync(join(to, '..'), { recursive: true });
       cpSync(join(from, file), to);
@@ -112,16 +126,34 @@ export async function createT3App(variant: Variant, workDir: string, tgz: string
   timings.installLibrary = libraryInstall.ms;
   log(`npm install <trpc-idempotency tgz> in ${libraryInstall.ms} ms`);
   const versions: Record<string, string> = {};
-  for (const name of [...Object.keys(variant.dependencies), 'trpc-idempotency', 'next', 'react', '@tanstack/react-query', 'superjson']) {
+  for (const name of [
+    ...Object.keys(variant.dependencies),
+    'trpc-idempotency',
+    'next',
+    'react',
+    '@tanstack/react-query',
+    'superjson',
+  ]) {
     const file = join(dir, 'node_modules', name, 'package.json');
-    versions[name] = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version : 'missing';
+    versions[name] = existsSync(file)
+      ? (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version
+      : 'missing';
   }
-  log(`installed ${Object.entries(versions).map(([n, v]) => `${n}@${v}`).join(' ')}`);
+  log(
+    `installed ${Object.entries(versions)
+      .map(([n, v]) => `${n}@${v}`)
+      .join(' ')}`,
+  );
 
   // 4. next build: it type-checks the app, so the documented snippets compile against this tRPC.
   // No network here: next/font/google reads Next's own mock of Google Fonts instead (the font file is a placeholder).
   {
-    const { ms } = await run(process.execPath, [join(dir, 'node_modules/next/dist/bin/next'), 'build'], dir, commandEnv({ NEXT_FONT_GOOGLE_MOCKED_RESPONSES: FONT_MOCK }));
+    const { ms } = await run(
+      process.execPath,
+      [join(dir, 'node_modules/next/dist/bin/next'), 'build'],
+      dir,
+      commandEnv({ NEXT_FONT_GOOGLE_MOCKED_RESPONSES: FONT_MOCK }),
+    );
     timings.build = ms;
     log(`next build in ${ms} ms`);
   }
@@ -129,12 +161,16 @@ export async function createT3App(variant: Variant, workDir: string, tgz: string
   // 5. next start on a free port
   const started = performance.now();
   const port = await freePort();
-  const server = spawn(process.execPath, [join(dir, 'node_modules/next/dist/bin/next'), 'start', '-p', String(port), '-H', '127.0.0.1'], {
-    cwd: dir,
-    env: commandEnv({ PORT: String(port) }),
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true, // its own process group, so that stop() ends whatever next start runs
-  });
+  const server = spawn(
+    process.execPath,
+    [join(dir, 'node_modules/next/dist/bin/next'), 'start', '-p', String(port), '-H', '127.0.0.1'],
+    {
+      cwd: dir,
+      env: commandEnv({ PORT: String(port) }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // its own process group, so that stop() ends whatever next start runs
+    },
+  );
   let serverOutput = '';
   server.stdout!.on('data', (chunk: Buffer) => (serverOutput += chunk.toString()));
   server.stderr!.on('data', (chunk: Buffer) => (serverOutput += chunk.toString()));
@@ -215,4 +251,3 @@ function stopGroup(child: ChildProcess): Promise<void> {
     }
   });
 }
-

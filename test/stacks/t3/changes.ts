@@ -168,7 +168,9 @@ export const VARIANTS: Variant[] = [
 export function applyEdit(text: string, edit: Edit): string {
   const at = text.indexOf(edit.find);
   if (at === -1) {
-    throw new Error(`${edit.file}: create-t3-app's text to replace was not found (has the template changed?):\n${edit.find}`);
+    throw new Error(
+      `${edit.file}: create-t3-app's text to replace was not found (has the template changed?):\n${edit.find}`,
+    );
   }
   if (text.indexOf(edit.find, at + 1) !== -1) {
     throw new Error(`${edit.file}: create-t3-app's text to replace occurs more than once:\n${edit.find}`);

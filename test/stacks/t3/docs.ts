@@ -36,7 +36,13 @@ export function snippets(repo: string): Snippet[] {
     const words = open[2]!.split(/\s+/).filter(Boolean);
     const variants = words.filter((w): w is VariantName => (VARIANT_NAMES as string[]).includes(w));
     const file = words.find((w) => !(VARIANT_NAMES as string[]).includes(w));
-    out.push({ line: start + 1, lang: open[1]!, file, variants: variants.length > 0 ? variants : VARIANT_NAMES, code: body.join('\n') });
+    out.push({
+      line: start + 1,
+      lang: open[1]!,
+      file,
+      variants: variants.length > 0 ? variants : VARIANT_NAMES,
+      code: body.join('\n'),
+    });
   }
   return out;
 }
@@ -77,7 +83,8 @@ function findChunk(fileLines: string[], chunk: string[], from: number): number {
     if (!line.endsWith(first)) continue;
     const indent = line.slice(0, line.length - first.length);
     if (indent.trim() !== '') continue;
-    if (chunk.every((c, j) => (c.trim() === '' ? fileLines[i + j]!.trim() === '' : fileLines[i + j] === indent + c))) return i;
+    if (chunk.every((c, j) => (c.trim() === '' ? fileLines[i + j]!.trim() === '' : fileLines[i + j] === indent + c)))
+      return i;
   }
   return -1;
 }
@@ -86,7 +93,8 @@ export function checkSnippets(repo: string, appDir: string, variant: VariantName
   const problems: string[] = [];
   for (const s of snippets(repo)) {
     if (s.file === undefined) {
-      if (!['sh', 'bash', 'text', ''].includes(s.lang)) problems.push(`${DOC}:${s.line}: a ${s.lang} block names no file`);
+      if (!['sh', 'bash', 'text', ''].includes(s.lang))
+        problems.push(`${DOC}:${s.line}: a ${s.lang} block names no file`);
       continue;
     }
     if (!s.variants.includes(variant)) continue;
