@@ -1,0 +1,175 @@
+/**
+ * Typechecks every TypeScript block of README.md and docs/*.md against the
+ * built package (run `npm run build` first).
+ *
+ * A block's info string names the file it is (```ts server.ts); the blocks of
+ * one page are written into one folder, so client.ts can import './server.js'.
+ * A block marked ```ts fragment is skipped and counted. A page whose first
+ * lines say `<!-- snippets: checked by test/… -->` is checked by that test
+ * instead (the create-t3-app page, whose blocks are files of a generated app).
+ *
+ * The folders sit inside this package, so `import … from 'trpc-idempotency'`
+ * resolves through package.json's `exports` to dist/, as in a user's project.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const OUT = join(ROOT, '.docs-check');
+const LANGS = new Set(['ts', 'tsx', 'typescript']);
+
+export interface Block {
+  page: string;
+  /** 1-based line of the block's first code line in the page. */
+  line: number;
+  lang: string;
+  title?: string;
+  fragment: boolean;
+  code: string;
+}
+
+/** The fenced blocks of a Markdown page, with their info strings parsed. */
+export function blocksOf(page: string, text: string): Block[] {
+  const blocks: Block[] = [];
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^(\s*)(`{3,}|~{3,})(.*)$/.exec(lines[i]!);
+    if (!open) continue;
+    const [, indent, fence, info] = open as unknown as [string, string, string, string];
+    const closing = new RegExp(`^\\s*\\${fence[0]}{${fence.length},}\\s*$`);
+    const end = lines.findIndex((l, j) => j > i && closing.test(l));
+    if (end === -1) throw new Error(`${page}:${i + 1}: a code fence that is never closed`);
+    const [lang = '', ...words] = info.trim().split(/\s+/);
+    const code = lines
+      .slice(i + 1, end)
+      .map((l) => (l.startsWith(indent!) ? l.slice(indent!.length) : l))
+      .join('\n');
+    const title = words.find((w) => /\.(ts|tsx|mts|cts)$/.test(w));
+    blocks.push({ page, line: i + 2, lang, title, fragment: words.includes('fragment'), code });
+    i = end;
+  }
+  return blocks;
+}
+
+function pages(): string[] {
+  const docs = readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .sort()
+    .map((f) => `docs/${f}`);
+  return ['README.md', ...docs];
+}
+
+function main() {
+  if (!existsSync(join(ROOT, 'dist/index.d.ts'))) {
+    console.error('dist/ is missing: run `npm run build` first (the snippets are checked against the built package).');
+    process.exit(2);
+  }
+  rmSync(OUT, { recursive: true, force: true });
+  mkdirSync(OUT, { recursive: true });
+  const problems: string[] = [];
+  const written = new Map<string, Block>(); // .docs-check path → block
+  let fragments = 0;
+  let elsewhere = 0;
+  let checked = 0;
+  const pagesChecked: string[] = [];
+
+  for (const page of pages()) {
+    const text = readFileSync(join(ROOT, page), 'utf8');
+    const blocks = blocksOf(page, text).filter((b) => LANGS.has(b.lang));
+    const delegated = /<!--\s*snippets:\s*checked by (\S+)\s*-->/.exec(text.split('\n').slice(0, 5).join('\n'));
+    if (delegated) {
+      const test = delegated[1]!;
+      if (!existsSync(join(ROOT, test)) || !readFileSync(join(ROOT, test), 'utf8').includes(page)) {
+        problems.push(
+          `${page}:1: says its snippets are checked by ${test}, which does not exist or never names ${page}`,
+        );
+      }
+      elsewhere += blocks.length;
+      continue;
+    }
+    const slug = page.replace(/\.md$/, '').replace(/[^a-zA-Z0-9]+/g, '-');
+    const titles = new Set<string>();
+    for (const block of blocks) {
+      if (block.fragment) {
+        fragments++;
+        continue;
+      }
+      if (block.title === undefined) {
+        problems.push(
+          `${page}:${block.line - 1}: a \`\`\`${block.lang} block without a file name: write \`\`\`${block.lang} server.ts (the file it is) or \`\`\`${block.lang} fragment (not compiled)`,
+        );
+        continue;
+      }
+      if (titles.has(block.title)) {
+        problems.push(
+          `${page}:${block.line - 1}: a second block named ${block.title} on this page: give it another name`,
+        );
+        continue;
+      }
+      titles.add(block.title);
+      const file = join(OUT, slug, block.title);
+      mkdirSync(dirname(file), { recursive: true });
+      writeFileSync(file, `${block.code}\n`);
+      written.set(relative(ROOT, file), block);
+      checked++;
+    }
+    if (titles.size > 0) pagesChecked.push(page);
+  }
+
+  writeFileSync(
+    join(OUT, 'tsconfig.json'),
+    JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          moduleDetection: 'force',
+          jsx: 'react-jsx',
+          types: ['node'],
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          noUnusedLocals: false,
+        },
+        include: ['**/*.ts', '**/*.tsx'],
+      },
+      null,
+      2,
+    ),
+  );
+
+  if (checked > 0) {
+    try {
+      execFileSync(join(ROOT, 'node_modules/.bin/tsc'), ['-p', join(OUT, 'tsconfig.json'), '--pretty', 'false'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+    } catch (error) {
+      const output =
+        String((error as { stdout?: string }).stdout ?? '') + String((error as { stderr?: string }).stderr ?? '');
+      for (const line of output.split('\n').filter(Boolean)) {
+        const at = /^(.+?)\((\d+),(\d+)\): (.*)$/.exec(line);
+        const block = at ? written.get(relative(ROOT, join(ROOT, at[1]!))) : undefined;
+        if (at && block) {
+          problems.push(`${block.page}:${block.line + Number(at[2]) - 1}:${at[3]} (${block.title}): ${at[4]}`);
+        } else problems.push(line);
+      }
+      if (problems.length === 0) problems.push(output || String(error));
+    }
+  }
+
+  const summary = `${checked} blocks typechecked in ${pagesChecked.length} pages, ${fragments} fragments skipped, ${elsewhere} checked by other tests`;
+  if (problems.length > 0) {
+    console.error(problems.join('\n'));
+    console.error(`\n${problems.length} problems; ${summary}`);
+    process.exit(1);
+  }
+  console.log(summary);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) main();
