@@ -25,6 +25,8 @@ export interface Block {
   /** 1-based line of the block's first code line in the page. */
   line: number;
   lang: string;
+  /** The info string's words after the language. */
+  words: string[];
   title?: string;
   fragment: boolean;
   code: string;
@@ -47,7 +49,7 @@ export function blocksOf(page: string, text: string): Block[] {
       .map((l) => (l.startsWith(indent!) ? l.slice(indent!.length) : l))
       .join('\n');
     const title = words.find((w) => /\.(ts|tsx|mts|cts)$/.test(w));
-    blocks.push({ page, line: i + 2, lang, title, fragment: words.includes('fragment'), code });
+    blocks.push({ page, line: i + 2, lang, words, title, fragment: words.includes('fragment'), code });
     i = end;
   }
   return blocks;

@@ -64,7 +64,7 @@ export const CHECK_DURATION_BUCKETS: readonly number[] = Object.freeze([
 
 /** The instrumentation scope (meter and tracer name). Kept equal to package.json by a test. */
 const SCOPE_NAME = 'trpc-idempotency';
-const SCOPE_VERSION = '0.1.0';
+const SCOPE_VERSION = '0.2.0';
 
 // Attribute names. `idempotency.*` is this library's namespace; error.type is OpenTelemetry's.
 const RESULT = 'idempotency.result';

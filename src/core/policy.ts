@@ -40,7 +40,9 @@ export interface IdempotencyPolicyOptions {
   onStoreError?: StoreErrorPolicy;
   /**
    * The largest serialized outcome stored, in bytes. A larger one is not
-   * stored: the caller gets an error and the key is released.
+   * stored: its caller still gets it, a marker is stored, and retries get
+   * `response_too_large` (it never runs again for that key). In transactional
+   * mode the transaction rolls back and the key is released instead.
    * @default 1_048_576 (1 MiB)
    */
   maxResponseBytes?: number;

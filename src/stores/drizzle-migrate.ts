@@ -4,6 +4,29 @@ import { IdempotencyConfigError } from '../core/errors.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
+function moduleUrl(): string {
+  // biome-ignore lint/suspicious/noTsIgnore: an error in the CommonJS build only, so @ts-expect-error fails the ESM one
+  // @ts-ignore ESM-only syntax: the CommonJS build (scripts/build.mjs) gives the URL from __filename instead
+  return import.meta.url;
+}
+
+/**
+ * This package's drizzle/ folder: the first one with a journal above this
+ * module (src/stores/, dist/stores/ and dist/cjs/stores/ sit at different depths).
+ */
+function packageMigrations(
+  modulePath: string,
+  exists: (path: string) => boolean,
+  join: (...parts: string[]) => string,
+): string {
+  let dir = join(modulePath, '..');
+  for (let up = 0; up < 4; up++, dir = join(dir, '..')) {
+    const folder = join(dir, 'drizzle');
+    if (exists(join(folder, 'meta', '_journal.json')) && exists(join(dir, 'package.json'))) return folder;
+  }
+  return join(modulePath, '..', '..', '..', 'drizzle');
+}
+
 export interface MigrateIdempotencyKeysOptions {
   /**
    * The folder of migrations to apply, as drizzle-kit writes it (with
@@ -145,8 +168,7 @@ export async function migrateIdempotencyKeys(
     import('node:url'),
     import('drizzle-orm/migrator'),
   ]);
-  // The package root is two levels up from both src/stores/ and dist/stores/.
-  const source = migrationsFolder ?? new URL('../../drizzle', import.meta.url);
+  const source = migrationsFolder ?? packageMigrations(fileURLToPath(moduleUrl()), existsSync, join);
   const folder = typeof source === 'string' ? source : fileURLToPath(source);
   if (!existsSync(join(folder, 'meta', '_journal.json'))) {
     throw new IdempotencyConfigError(

@@ -78,7 +78,7 @@ export async function packLibrary(into: string): Promise<{ tgz: string; ms: numb
     const tgz = join(into, packed!.filename);
     const files = new Set(packed!.files.map((f) => f.path));
     if (!existsSync(tgz)) throw new Error(`npm pack made no ${tgz}:\n${output}`);
-    if (files.has('dist/index.js') && files.has('dist/client.js'))
+    if (files.has('dist/index.js') && files.has('dist/client.js') && files.has('dist/cjs/index.js'))
       return { tgz, ms: Math.round(performance.now() - started) };
     if (attempt === 3)
       throw new Error(

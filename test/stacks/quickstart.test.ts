@@ -1,0 +1,210 @@
+/**
+ * The README as a new user follows it, in a fresh `npm init -y` project
+ * (CommonJS, npm's default) and in one with "type": "module": its install
+ * block, then its Quick start server.ts and client.ts copied verbatim, print
+ * the same charge twice. In the same projects every entry of the packed
+ * package loads (`require` or `import`) and typechecks with `module: node16`,
+ * and the PostgreSQL migrations shipped in the package are found from either build.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blocksOf } from '../../scripts/check-docs.js';
+import { commandEnv, NPM_FLAGS, packLibrary, REPO, run } from './pack.js';
+
+const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const README = readFileSync(join(REPO, 'README.md'), 'utf8');
+const blocks = blocksOf('README.md', README);
+const block = (test: (b: (typeof blocks)[number]) => boolean, what: string) => {
+  const found = blocks.find(test);
+  if (!found) throw new Error(`README.md has no ${what} block`);
+  return found.code;
+};
+const INSTALL = block((b) => b.lang === 'sh' && b.words.includes('install'), '```sh install');
+const SERVER = block((b) => b.title === 'server.ts', '```ts server.ts');
+const CLIENT = block((b) => b.title === 'client.ts', '```ts client.ts');
+
+let tgz: string;
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+/** npx starts tsx, which starts node: the whole group goes. */
+const stop = (child: ChildProcess) => {
+  try {
+    process.kill(-child.pid!, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+};
+
+beforeAll(async () => {
+  const packDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-pack-'));
+  dirs.push(packDir);
+  ({ tgz } = await packLibrary(packDir));
+});
+
+afterAll(() => {
+  for (const child of children) stop(child);
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host: '127.0.0.1' });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', () => resolve(true));
+  });
+}
+
+/** Starts `npx tsx server.ts` and resolves once it prints its first line. */
+function startServer(dir: string): Promise<{ child: ChildProcess; firstLine: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('npx', ['tsx', 'server.ts'], {
+      cwd: dir,
+      env: commandEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // a group of its own, so stop() ends npx, tsx and node together
+    });
+    children.push(child);
+    let output = '';
+    const timer = setTimeout(() => reject(new Error(`server.ts printed nothing in 30 s:\n${output}`)), 30_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('\n')) {
+        clearTimeout(timer);
+        resolve({ child, firstLine: output.split('\n')[0]! });
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`server.ts exited with ${code}:\n${output}`)));
+  });
+}
+
+describe.each(['commonjs', 'module'] as const)('a fresh npm init -y project (%s)', (type) => {
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), `trpc-idempotency-quickstart-${type}-`));
+    dirs.push(dir);
+    await run('npm', ['init', '-y'], dir);
+    if (type === 'module') await run('npm', ['pkg', 'set', 'type=module'], dir);
+    // The install block, line by line, with the packed tarball for the package itself.
+    for (const line of INSTALL.split('\n').filter((l) => l.trim() !== '')) {
+      const args = line.trim().split(/\s+/);
+      expect(args[0], `install block line: ${line}`).toBe('npm');
+      await run('npm', [...args.slice(1).map((arg) => (arg === 'trpc-idempotency' ? tgz : arg)), ...NPM_FLAGS], dir);
+    }
+  });
+
+  it('runs the Quick start verbatim: the server says where it listens, the client prints the same charge twice', async () => {
+    writeFileSync(join(dir, 'server.ts'), SERVER);
+    writeFileSync(join(dir, 'client.ts'), CLIENT);
+    expect(await portIsFree(3000), 'the Quick start listens on port 3000, which something else holds').toBe(true);
+    const { child, firstLine } = await startServer(dir);
+    expect(firstLine).toBe('Listening on http://localhost:3000');
+    try {
+      const { output } = await run('npx', ['tsx', 'client.ts'], dir);
+      const lines = output.trim().split('\n');
+      expect(lines).toHaveLength(2);
+      expect(lines[0]).toMatch(/^\{ chargeId: '[0-9a-f-]{36}', amount: 1000 \}$/);
+      expect(lines[1]).toBe(lines[0]);
+    } finally {
+      stop(child);
+    }
+  });
+
+  it('loads every entry and typechecks with module node16; the shipped migrations are found', async () => {
+    await run('npm', ['install', 'ioredis', 'drizzle-orm', 'pg', '@opentelemetry/api', ...NPM_FLAGS], dir);
+    const schema = `quickstart_${type}_${process.pid}`;
+    // What each entry exports, through this project's own module system, and the migrations run.
+    writeFileSync(
+      join(dir, 'entries.ts'),
+      `import { withIdempotency, IdempotencyError } from 'trpc-idempotency';
+import { idempotencyLink, createIdempotencyKey } from 'trpc-idempotency/client';
+import { createIdempotencyEngine, DEFAULT_POLICY } from 'trpc-idempotency/core';
+import { redisStore } from 'trpc-idempotency/redis';
+import { drizzleStore, migrateIdempotencyKeys } from 'trpc-idempotency/drizzle';
+import { openTelemetry } from 'trpc-idempotency/otel';
+import { initTRPC } from '@trpc/server';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+
+const t = initTRPC.create();
+const procedure = withIdempotency(t.procedure);
+const router = t.router({ pay: procedure.mutation(() => 'paid') });
+const loaded: Record<string, string> = {
+  withIdempotency: typeof withIdempotency,
+  IdempotencyError: typeof IdempotencyError,
+  idempotencyLink: typeof idempotencyLink,
+  createIdempotencyKey: typeof createIdempotencyKey,
+  createIdempotencyEngine: typeof createIdempotencyEngine,
+  redisStore: typeof redisStore,
+  drizzleStore: typeof drizzleStore,
+  openTelemetry: typeof openTelemetry,
+  ttl: typeof DEFAULT_POLICY.ttl,
+  router: typeof router.createCaller,
+};
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, options: '-c search_path=${schema}' });
+migrateIdempotencyKeys(drizzle(pool), { migrationsSchema: '${schema}' })
+  .then(({ applied }) => console.log(JSON.stringify({ loaded, applied, format: typeof require === 'function' ? 'commonjs' : 'module' })))
+  .finally(() => pool.end());
+`,
+    );
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'node16',
+          moduleResolution: 'node16',
+          target: 'ES2022',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: false,
+          types: ['node'],
+          typeRoots: [join(REPO, 'node_modules/@types')],
+        },
+        files: ['entries.ts', 'server.ts', 'client.ts'],
+      }),
+    );
+    // skipLibCheck is off so that this package's declarations are checked as a user's tsc reads them;
+    // errors inside other packages' declarations (drizzle-orm's under TypeScript 7) are theirs.
+    const typecheck = await run(join(REPO, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], dir).then(
+      () => '',
+      (error: Error) => error.message,
+    );
+    const ours = typecheck
+      .split('\n')
+      .filter((line) => /error TS\d+/.test(line))
+      .filter((line) => !line.startsWith('node_modules/') || line.startsWith('node_modules/trpc-idempotency/'));
+    expect(ours).toEqual([]);
+
+    const admin = new pg.Client({ connectionString: DATABASE_URL });
+    await admin.connect();
+    try {
+      await admin.query(`drop schema if exists ${schema} cascade`);
+      await admin.query(`create schema ${schema}`);
+      const { output } = await run('npx', ['tsx', 'entries.ts'], dir, commandEnv({ DATABASE_URL }));
+      const result = JSON.parse(output.trim().split('\n').at(-1)!);
+      expect(result.format).toBe(type);
+      for (const [name, kind] of Object.entries(result.loaded)) {
+        expect(kind, name).toBe(name === 'ttl' ? 'number' : 'function');
+      }
+      expect(result.applied).toBeGreaterThan(0);
+      const { rows } = await admin.query(
+        `select count(*)::int as n from information_schema.tables where table_schema = $1 and table_name = 'idempotency_keys'`,
+        [schema],
+      );
+      expect(rows[0].n).toBe(1);
+    } finally {
+      await admin.query(`drop schema if exists ${schema} cascade`);
+      await admin.end();
+    }
+  });
+});
