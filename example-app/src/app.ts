@@ -63,7 +63,12 @@ export async function createApp(options: AppOptions) {
     store = memoryStore();
   }
 
-  const t = initTRPC.context<Context>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+  // isDev: false: error bodies keep their message, code and idempotency reason but carry no stack
+  // (tRPC adds one, with the server's file paths, whenever NODE_ENV is not 'production').
+  const t = initTRPC
+    .context<Context>()
+    .meta<IdempotencyMeta>()
+    .create({ isDev: false, errorFormatter: idempotencyErrorFormatter });
   const idempotentProcedure = withIdempotency(t.procedure, {
     store,
     lockTtl: options.lockTtl,

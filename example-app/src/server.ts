@@ -7,7 +7,7 @@
  *      CHARGE_DELAY_MS (1500), LOG_EVENTS (1)
  */
 import { readFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
+import { createServer, type RequestListener } from 'node:http';
 import { hostname } from 'node:os';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +31,21 @@ if (storeKind === 'memory' && env.DATABASE_URL) {
     'IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.',
   );
 }
+
+// The port first, so that a taken one is told at once, before anything opens. Requests that
+// arrive meanwhile wait until the service is ready.
+let ready!: (handler: RequestListener) => void;
+const handler = new Promise<RequestListener>((resolve) => (ready = resolve));
+const server = createServer((req, res) => void handler.then((handle) => handle(req, res)));
+const onListenError = (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EADDRINUSE') throw error;
+  // Another demo (or anything else) holds the port: one line that says what to do, no stack.
+  console.error(`Port ${port} is in use: set PORT to another port (PORT=${port + 1} npm run demo).`);
+  process.exit(1);
+};
+server.once('error', onListenError);
+await new Promise<void>((listening) => server.listen(port, listening));
+server.off('error', onListenError);
 
 // OpenTelemetry metrics, scraped by Prometheus from /metrics on the app's own port.
 const prometheus = new PrometheusExporter({ preventServerStart: true });
@@ -65,7 +80,7 @@ const types: Record<string, string> = {
 // charge ran, as a timeout or a load balancer would drop it.
 let dropNext = false;
 
-const server = createServer(async (req, res) => {
+ready(async (req, res) => {
   res.setHeader('x-instance-id', instanceId);
   const url = new URL(req.url ?? '/', 'http://localhost');
   if (url.pathname.startsWith('/trpc/')) {
@@ -115,13 +130,12 @@ const server = createServer(async (req, res) => {
   }
 });
 
-server.listen(port, () => {
-  const address = server.address();
-  const actual = typeof address === 'object' && address !== null ? address.port : port;
-  const base = `http://localhost:${actual}`;
-  const post = (key: string, body: string) =>
-    `curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
-  console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
+const address = server.address();
+const actual = typeof address === 'object' && address !== null ? address.port : port;
+const base = `http://localhost:${actual}`;
+const post = (key: string, body: string) =>
+  `curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
+console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
 idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
 
 Open ${base} for the checkout page, or try:
@@ -140,7 +154,6 @@ The ledger:
 Metrics (OpenTelemetry, Prometheus format):
   curl -s ${base}/metrics | grep idempotency
 `);
-});
 
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { type Pod, startProcess } from '../helpers/pods.js';
 import { REDIS_URL } from '../helpers/redis.js';
@@ -14,6 +15,29 @@ export function startInstance(name: string, env: Record<string, string>): Promis
     { PORT: '0', INSTANCE_ID: name, REDIS_URL, LOG_EVENTS: '0', CHARGE_DELAY_MS: '100', ...env },
     /listening on http:\/\/localhost:(\d+)/,
   );
+}
+
+/** Runs the example app's server, as `npm run demo` does, until it exits by itself (killed after `timeoutMs`). */
+export function runToExit(
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', server], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
 }
 
 export interface Answer {
