@@ -1,35 +1,181 @@
 import { createTRPCClient, httpBatchLink } from '@trpc/client';
 import {
   createIdempotencyKey,
+  getHttpStatus,
   getIdempotencyReason,
   idempotencyHeaders,
   idempotencyLink,
 } from 'trpc-idempotency/client';
 import type { AppRouter } from '../src/app.js';
 
+type Currency = 'EUR' | 'USD' | 'GBP';
+
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const logBox = $<HTMLDivElement>('log');
+/** HH:MM:SS in the browser's time zone. */
+const clock = (at: string | Date) => {
+  const d = new Date(at);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+};
 const log = (line: string) => {
-  logBox.textContent = `${new Date().toLocaleTimeString()}  ${line}\n${logBox.textContent ?? ''}`;
+  logBox.textContent = `${clock(new Date())}  ${line}\n${logBox.textContent ?? ''}`;
 };
 const short = (key: string) => `${key.slice(0, 8)}…`;
+const money = (amount: number, currency: string) => `${(amount / 100).toFixed(2)} ${currency}`;
+
+/** A failed attempt, in a few words. */
+function failure(error: unknown): string {
+  const status = getHttpStatus(error);
+  const reason = getIdempotencyReason(error);
+  if (status === 409 && reason === 'in_progress') return "409 conflict: this key's first call was still running";
+  if (status === undefined) return `no answer (${(error as Error).message})`;
+  return `${status}${reason === undefined ? '' : ` ${reason}`}`;
+}
+
+/** One click, Pay or Resend: its line in Results and the retries the link made for it. */
+interface Call {
+  line: HTMLLIElement;
+  retries: string[];
+}
+
+/**
+ * What the server answered for each key, read from the response headers by the
+ * link's `fetch`: whether it was a replay (`Idempotent-Replayed-<i>` for call i
+ * of a batch) and which instance answered (`x-instance-id`). The last answer
+ * for a key is the one its call resolves with.
+ */
+const answers = new Map<string, { replayed: boolean; instance: string | null }>();
+
+async function fetchAndRead(input: RequestInfo | URL | string, init?: RequestInit): Promise<Response> {
+  const response = await fetch(input, init);
+  for (const [name, key] of new Headers(init?.headers)) {
+    const call = /^idempotency-key(?:-(\d+))?$/.exec(name); // Headers gives names in lower case
+    if (call === null) continue;
+    const replayed = response.headers.get(
+      call[1] === undefined ? 'idempotent-replayed' : `idempotent-replayed-${call[1]}`,
+    );
+    answers.set(key, { replayed: replayed === 'true', instance: response.headers.get('x-instance-id') });
+  }
+  return response;
+}
 
 const client = createTRPCClient<AppRouter>({
   links: [
     idempotencyLink({
       baseDelayMs: 300,
-      onRetry: ({ attempts, key, delayMs, error }) =>
+      onRetry: ({ op, attempts, key, delayMs, error }) => {
         log(
           `attempt ${attempts} failed (${error.message}); retrying with the same key ${short(key)} in ${Math.round(delayMs)} ms`,
-        ),
+        );
+        const call = op.context.call as Call | undefined;
+        if (call === undefined) return;
+        call.retries.push(failure(error));
+        show(call, 'pending', `Retrying with the same key in ${Math.round(delayMs)} ms`, `key ${short(key)}`);
+      },
     }),
-    httpBatchLink({ url: '/trpc', headers: idempotencyHeaders() }),
+    httpBatchLink({
+      url: '/trpc',
+      headers: idempotencyHeaders(),
+      fetch: (input, init) => fetchAndRead(input, init as RequestInit),
+    }),
   ],
 });
+
+/** The line's outcome, its headline, its details, and, under them, the retries the link made for it. */
+function show(call: Call, outcome: string, headline: string, ...details: string[]) {
+  const span = (className: string, text: string) => {
+    const element = document.createElement('span');
+    element.className = className;
+    element.textContent = text;
+    return element;
+  };
+  const parts = [span('outcome', headline), span('detail', details.filter((d) => d !== '').join(' · '))];
+  const n = call.retries.length;
+  if (n > 0) {
+    parts.push(
+      span('retried', `Retried ${n}× by the client link with the same key, after: ${call.retries.join('; ')}`),
+    );
+  }
+  call.line.dataset.outcome = outcome;
+  call.line.dataset.retries = String(n);
+  call.line.replaceChildren(...parts);
+}
 
 // One key per payment: made at the click, kept while that payment is unsettled
 // (a second click of the same payment reuses it), replaced once it settles.
 const payment = createIdempotencyKey();
+// The key and amount of the last Pay, for "Resend with the last key".
+let last: { key: string; amount: number; currency: Currency } | undefined;
+
+/** Sends one payments.create with `key` and shows how it ended on a new line in Results. */
+async function send(key: string, amount: number, currency: Currency, what: string): Promise<unknown> {
+  const line = document.createElement('li');
+  line.dataset.key = key;
+  $('results').prepend(line);
+  const call: Call = { line, retries: [] };
+  const sent = `${what} ${money(amount, currency)} with key ${short(key)}`;
+  show(call, 'pending', `${what}: sending ${money(amount, currency)}…`, `key ${short(key)}`);
+  log(`${what}: ${amount} ${currency} with key ${short(key)}`);
+  try {
+    const charge = await client.payments.create.mutate(
+      { amount, currency, clientTimestamp: Date.now() },
+      { context: { idempotencyKey: key, call } },
+    );
+    const answer = answers.get(key);
+    const instance = answer?.instance ?? 'unknown';
+    line.dataset.instance = instance;
+    log(`charge #${charge.id} (run on ${charge.instance})`);
+    const ran = charge.instance === instance ? '' : `charged on ${charge.instance}`;
+    const charged = `charge #${charge.id}, ${money(charge.amount, charge.currency)}`;
+    if (answer?.replayed) {
+      show(
+        call,
+        'replayed',
+        `Replayed — originally charged at ${clock(charge.createdAt)}`,
+        `${charged}, not charged again`,
+        `key ${short(key)}`,
+        `answered by ${instance}`,
+        ran,
+      );
+    } else {
+      show(
+        call,
+        'charged',
+        `Charged at ${clock(charge.createdAt)}`,
+        charged,
+        `key ${short(key)}`,
+        `answered by ${instance}`,
+        ran,
+      );
+    }
+    return undefined;
+  } catch (error) {
+    const status = getHttpStatus(error);
+    const reason = getIdempotencyReason(error);
+    const instance = answers.get(key)?.instance ?? 'no instance';
+    line.dataset.instance = instance;
+    log(`failed: ${reason ?? ''} ${(error as Error).message}`);
+    if (reason === 'payload_mismatch') {
+      const earlier = last?.key === key ? ` (it paid ${money(last.amount, last.currency)})` : '';
+      show(
+        call,
+        'mismatch',
+        `Refused: ${status} payload_mismatch — this key was already used for another amount; a new payment needs a new key`,
+        `${sent}${earlier}`,
+        `answered by ${instance}`,
+      );
+    } else {
+      show(
+        call,
+        'failed',
+        `Failed: ${status ?? 'no answer'}${reason === undefined ? '' : ` ${reason}`} — ${(error as Error).message}`,
+        sent,
+        `answered by ${instance}`,
+      );
+    }
+    return error;
+  }
+}
 
 async function refresh() {
   const charges = await client.payments.list.query();
@@ -38,7 +184,7 @@ async function refresh() {
     ...charges.map((c) => {
       const li = document.createElement('li');
       li.dataset.chargeId = String(c.id);
-      li.textContent = `#${c.id}  ${(c.amount / 100).toFixed(2)} ${c.currency}  on ${c.instance}`;
+      li.textContent = `#${c.id}  ${money(c.amount, c.currency)}  on ${c.instance}`;
       return li;
     }),
   );
@@ -51,26 +197,29 @@ $<HTMLInputElement>('drop').addEventListener('change', async (event) => {
   }
 });
 
+const form = () => ({
+  amount: Number($<HTMLInputElement>('amount').value),
+  currency: $<HTMLSelectElement>('currency').value as Currency,
+});
+
 $<HTMLFormElement>('checkout').addEventListener('submit', async (event) => {
   event.preventDefault();
-  const idempotencyKey = payment.current();
-  const amount = Number($<HTMLInputElement>('amount').value);
-  const currency = $<HTMLSelectElement>('currency').value as 'EUR' | 'USD' | 'GBP';
-  log(`Pay: ${amount} ${currency} with key ${short(idempotencyKey)}`);
-  try {
-    const charge = await client.payments.create.mutate(
-      { amount, currency, clientTimestamp: Date.now() },
-      { context: { idempotencyKey } },
-    );
-    log(`charge #${charge.id} (run on ${charge.instance})`);
-    payment.settle();
-  } catch (error) {
-    log(`failed: ${getIdempotencyReason(error) ?? ''} ${(error as Error).message}`);
-    payment.settle(error);
-  } finally {
-    $<HTMLInputElement>('drop').checked = false;
-    await refresh();
-  }
+  const key = payment.current();
+  const { amount, currency } = form();
+  last = { key, amount, currency };
+  $<HTMLButtonElement>('resend').disabled = false;
+  const error = await send(key, amount, currency, 'Pay');
+  payment.settle(error);
+  $<HTMLInputElement>('drop').checked = false;
+  await refresh();
+});
+
+// The last Pay's key with what the form says now: a replay if nothing changed, a 422 if the amount did.
+$<HTMLButtonElement>('resend').addEventListener('click', async () => {
+  if (last === undefined) return;
+  const { amount, currency } = form();
+  await send(last.key, amount, currency, 'Resend');
+  await refresh();
 });
 
 void refresh();
