@@ -8,6 +8,9 @@
  * lines say `<!-- snippets: checked by test/… -->` is checked by that test
  * instead (the create-t3-app page, whose blocks are files of a generated app).
  *
+ * Every relative link must name a file that exists, and a heading that exists
+ * when it has an #anchor (GitHub's slugs).
+ *
  * The folders sit inside this package, so `import … from 'trpc-idempotency'`
  * resolves through package.json's `exports` to dist/, as in a user's project.
  */
@@ -55,6 +58,36 @@ export function blocksOf(page: string, text: string): Block[] {
   return blocks;
 }
 
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
+export function slugOf(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}_\- ]/gu, '')
+    .replace(/ /g, '-');
+}
+
+/** Relative links to missing files or headings, as problems. */
+function linkProblems(all: string[]): string[] {
+  const prose = (page: string) => readFileSync(join(ROOT, page), 'utf8').replace(/```[\s\S]*?```/g, '');
+  const anchors = new Map(
+    all.map((page) => [page, new Set([...prose(page).matchAll(/^#+\s+(.*)$/gm)].map((m) => slugOf(m[1]!)))]),
+  );
+  const problems: string[] = [];
+  for (const page of all) {
+    for (const [, link] of prose(page).matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/.test(link!)) continue;
+      const [path = '', anchor] = link!.split('#');
+      const target = path === '' ? page : relative(ROOT, join(ROOT, dirname(page), path));
+      if (!existsSync(join(ROOT, target))) problems.push(`${page}: a link to ${link}, which does not exist`);
+      else if (anchor && target.endsWith('.md') && !anchors.get(target)?.has(anchor)) {
+        problems.push(`${page}: a link to ${link}, whose page has no heading #${anchor}`);
+      }
+    }
+  }
+  return problems;
+}
+
 function pages(): string[] {
   const docs = readdirSync(join(ROOT, 'docs'))
     .filter((f) => f.endsWith('.md'))
@@ -70,7 +103,7 @@ function main() {
   }
   rmSync(OUT, { recursive: true, force: true });
   mkdirSync(OUT, { recursive: true });
-  const problems: string[] = [];
+  const problems: string[] = linkProblems(pages());
   const written = new Map<string, Block>(); // .docs-check path → block
   let fragments = 0;
   let elsewhere = 0;

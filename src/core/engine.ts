@@ -60,7 +60,11 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
 
 /** What the operation receives. */
 export interface RunOptions {
-  /** Aborts when the caller's signal does, or when the claim is lost (the operation may then run elsewhere). */
+  /**
+   * Aborts when the claim is lost (the operation may then run elsewhere). It does not follow the
+   * caller's signal: a caller that gives up will retry, and the operation should finish so the retry
+   * gets its outcome. (Run unprotected under fail-open, it is the caller's signal.)
+   */
   signal: AbortSignal;
   /** With `transaction: true`: the store's transaction (a Drizzle transaction); make your writes through it. */
   transaction?: unknown;
@@ -77,15 +81,15 @@ export interface ExecuteInput<T> {
   /** The operation's input, fingerprinted to detect reuse of a key with another payload. */
   payload: unknown;
   /**
-   * The operation. `signal` aborts if the caller's signal does or if the
-   * claim is lost; `transaction` is the store's transaction in transactional mode.
+   * The operation. `signal` aborts if the claim is lost; `transaction` is the
+   * store's transaction in transactional mode.
    */
   run: (opts: RunOptions) => Promise<T>;
   /** How outcomes are serialized and which errors are stored. */
   codec?: OutcomeCodec<T>;
   /** A policy from {@link IdempotencyEngine.policy}; the engine's own when omitted. */
   policy?: ResolvedPolicy;
-  /** The caller's signal: aborts waiting, and is passed on to `run`. */
+  /** The caller's signal: aborts waiting (`inFlight: 'wait'`); `run` gets it only when it runs unprotected (fail-open). */
   signal?: AbortSignal | undefined;
 }
 
@@ -101,8 +105,9 @@ export interface IdempotencyEngine {
   policy(overrides?: IdempotencyPolicyOptions, where?: string): ResolvedPolicy;
   /**
    * Runs the operation once per key and returns its outcome, replayed or
-   * fresh. Throws only idempotency errors (conflict, mismatch, store unavailable,
-   * response too large); the operation's own error is returned, not thrown.
+   * fresh. Throws only idempotency errors (`in_progress`, `payload_mismatch`,
+   * `store_unavailable`, `input_unsupported`); the operation's own error, and a
+   * replayed `response_too_large` or `outcome_unreplayable`, are returned as `ok: false`.
    */
   execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>>;
   /**
