@@ -7,6 +7,8 @@ export default defineConfig({
     include: ['test/stacks/**/*.test.ts'],
     testTimeout: 120_000,
     hookTimeout: 600_000,
-    fileParallelism: false,
+    globalSetup: ['test/stacks/global-setup.ts'],
+    // The files install, build and wait on npm and next: two at a time fill 2 cores without starving them.
+    maxWorkers: 2,
   },
 });

@@ -6,8 +6,8 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, expect, it } from 'vitest';
-import { NPM_FLAGS, packLibrary, run } from './pack.js';
+import { afterAll, expect, inject, it } from 'vitest';
+import { NPM_FLAGS, run } from './pack.js';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -17,7 +17,7 @@ afterAll(() => {
 it('installs without @trpc/server, and the engine from /core runs an operation once per key', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-core-'));
   dirs.push(dir);
-  const { tgz } = await packLibrary(dir);
+  const tgz = inject('tgz');
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'queue-consumer', private: true, type: 'module' }));
   await run('npm', ['install', tgz, ...NPM_FLAGS], dir);
   expect(existsSync(join(dir, 'node_modules/trpc-idempotency/package.json'))).toBe(true);

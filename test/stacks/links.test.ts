@@ -12,17 +12,15 @@ import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NPM_FLAGS, packLibrary, REPO, run } from './pack.js';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { NPM_FLAGS, REPO, run } from './pack.js';
 
 const TRPC_VERSIONS = ['11.19.0', '11.22.1', '11.25.2'] as const;
 
 const dirs: string[] = [];
 let tgz: string;
-beforeAll(async () => {
-  const packDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-pack-'));
-  dirs.push(packDir);
-  ({ tgz } = await packLibrary(packDir));
+beforeAll(() => {
+  tgz = inject('tgz');
 });
 afterAll(() => {
   if (process.env.KEEP_STACKS !== '1') for (const dir of dirs) rmSync(dir, { recursive: true, force: true });

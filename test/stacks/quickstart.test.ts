@@ -12,9 +12,9 @@ import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf } from '../../scripts/check-docs.js';
-import { commandEnv, NPM_FLAGS, packLibrary, REPO, run } from './pack.js';
+import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const README = readFileSync(join(REPO, 'README.md'), 'utf8');
@@ -40,10 +40,8 @@ const stop = (child: ChildProcess) => {
   }
 };
 
-beforeAll(async () => {
-  const packDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-pack-'));
-  dirs.push(packDir);
-  ({ tgz } = await packLibrary(packDir));
+beforeAll(() => {
+  tgz = inject('tgz');
 });
 
 afterAll(() => {

@@ -14,8 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Browser, type BrowserContext, chromium, type Page, type Request } from 'playwright-core';
 import SuperJSON, { type SuperJSONResult } from 'superjson';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { packLibrary, REPO } from './pack.js';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { REPO } from './pack.js';
 import { createT3App, type T3App, type Timings } from './t3/app.js';
 import { VARIANTS } from './t3/changes.js';
 import { checkSnippets, DOC, snippets } from './t3/docs.js';
@@ -32,7 +32,8 @@ const report: Record<string, Timings & { versions: Record<string, string> }> = {
 beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   workDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-t3-'));
-  ({ tgz, ms: packMs } = await packLibrary(workDir));
+  tgz = inject('tgz');
+  packMs = inject('packMs');
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
     headless: true,
