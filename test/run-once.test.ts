@@ -126,11 +126,13 @@ describe.each(stores)('on %s', (_name, makeStore) => {
   it('contended takeovers of expired claims: each key runs once, contention is never a 503, even failing open', async () => {
     const store = makeStore();
     const events: IdempotencyEvent[] = [];
-    // a generous store timeout: this test is about contention, not about a slow machine
+    // A generous store timeout: this test is about contention, not about a slow machine. A claim that
+    // times out counts as an outage, and failing open then runs unprotected, as documented; with 400
+    // claims queued on one pool and a database shared with other work, 2 s is not always enough.
     const engine = createIdempotencyEngine({
       store,
-      lockTtl: 6_000,
-      storeTimeout: 2_000,
+      lockTtl: 60_000,
+      storeTimeout: 20_000,
       onStoreError: 'fail-open',
       onEvent: (e) => events.push(e),
     });
@@ -161,6 +163,8 @@ describe.each(stores)('on %s', (_name, makeStore) => {
         ),
       ),
     );
+    // no claim may have failed: a timed-out claim under fail-open runs unprotected, by design
+    expect(events.filter((e) => e.result === 'store_error').map((e) => e.error?.message)).toEqual([]);
     expect([...runs.values()]).toEqual(keys.map(() => 1));
     expect(answers.filter((a) => a === 'ran')).toHaveLength(keys.length);
     expect(answers.filter((a) => a !== 'ran' && a !== 'replayed' && a !== 'in_progress')).toEqual([]);
