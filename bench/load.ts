@@ -5,6 +5,7 @@
  * fresh Idempotency-Key per request or one from a pool of completed keys.
  */
 import { randomUUID } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import { createRequire } from 'node:module';
 import { PAY_BODY } from './lib/app.js';
 
@@ -26,11 +27,14 @@ interface AutocannonResult {
 
 export interface LoadCommand {
   id: number;
-  type: 'run' | 'prime';
+  /** run: autocannon at saturation; paced: a fixed rate, open loop; prime: complete the replay keys. */
+  type: 'run' | 'prime' | 'paced';
   url: string;
   connections: number;
-  /** Seconds (run). */
+  /** Seconds (run, paced). */
   duration?: number;
+  /** Requests per second (paced). */
+  rate?: number;
   /** fresh: a new key per request; replay: keys `${prefix}-${i}` for i < count, completed by `prime`. */
   keys: { mode: 'fresh' } | { mode: 'replay'; prefix: string; count: number };
 }
@@ -141,8 +145,85 @@ async function prime(command: LoadCommand): Promise<LoadResult> {
   };
 }
 
+/**
+ * A fixed rate, open loop: request i leaves at start + i / rate whether or not earlier ones have
+ * answered (up to `connections` sockets; a request waiting for a socket counts that wait), and its
+ * latency is timed with performance.now() from the moment it was issued, to the microsecond:
+ * what an application under half its peak load feels per request.
+ */
+function paced(command: LoadCommand): Promise<LoadResult> {
+  const nextKey = keySource(command.keys);
+  const rate = command.rate!;
+  const total = Math.max(1, Math.round(rate * command.duration!));
+  const url = new URL(command.url);
+  const agent = new Agent({ keepAlive: true, maxSockets: command.connections });
+  const latencies: number[] = [];
+  let ok = 0;
+  let non2xx = 0;
+  let errors = 0;
+  let done = 0;
+  const started = performance.now();
+  return new Promise((resolve) => {
+    const finish = () => {
+      if (++done < total) return;
+      agent.destroy();
+      latencies.sort((a, b) => a - b);
+      const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0;
+      const seconds = (performance.now() - started) / 1000;
+      resolve({
+        id: command.id,
+        rps: ok / seconds,
+        total,
+        ok,
+        non2xx,
+        errors,
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        seconds,
+      });
+    };
+    const fire = () => {
+      const issued = performance.now();
+      const req = request(
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          method: 'POST',
+          path: '/pay',
+          headers: { ...HEADERS, 'content-length': Buffer.byteLength(PAY_BODY), 'idempotency-key': nextKey() },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => {
+            latencies.push(performance.now() - issued);
+            if (res.statusCode === 200) ok++;
+            else non2xx++;
+            finish();
+          });
+        },
+      );
+      req.on('error', () => {
+        errors++;
+        finish();
+      });
+      req.end(PAY_BODY);
+    };
+    let sent = 0;
+    const tick = () => {
+      const due = Math.min(total, Math.floor(((performance.now() - started) * rate) / 1000) + 1);
+      while (sent < due) {
+        sent++;
+        fire();
+      }
+      if (sent < total) setTimeout(tick, 1);
+    };
+    tick();
+  });
+}
+
 process.on('message', (command: LoadCommand) => {
-  (command.type === 'prime' ? prime(command) : run(command)).then(
+  (command.type === 'prime' ? prime(command) : command.type === 'paced' ? paced(command) : run(command)).then(
     (result) => process.send!({ ok: true, result }),
     (error: unknown) => process.send!({ ok: false, id: command.id, error: String(error) }),
   );

@@ -6,7 +6,8 @@
  */
 import { initTRPC } from '@trpc/server';
 import { measure } from 'mitata';
-import { fingerprint, memoryStore, withIdempotency } from '../dist/index.js';
+import { fingerprint } from '../dist/core.js';
+import { memoryStore, withIdempotency } from '../dist/index.js';
 import { type PayInput, parsePayInput } from './lib/app.js';
 
 interface Ctx {

@@ -10,12 +10,14 @@
  * average below 0.8 first, up to 20 minutes), DATABASE_URL.
  */
 import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { renderMarkdown, renderTable } from './lib/report.js';
+import { type ProfileSummary, summariseProfile } from './lib/profile.js';
+import { type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
 import {
   type BenchRedis,
   type BenchSchema,
@@ -34,6 +36,8 @@ import type { LoadCommand, LoadResult } from './load.js';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
 const WARMUP = 0.5;
+/** Seconds per run at a fixed rate: at half the peak, about 2 × 2,000 latencies per run. */
+const PACED_DURATION = Math.min(DURATION, 2);
 const CONNECTIONS = 32;
 const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 1_000;
@@ -53,6 +57,7 @@ interface Server {
   variant: string;
   url: string;
   pid: number;
+  child: ChildProcess;
 }
 
 function startServer(variant: string, env: Record<string, string>): Promise<Server> {
@@ -66,7 +71,7 @@ function startServer(variant: string, env: Record<string, string>): Promise<Serv
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const match = /\{"ready":(\d+)\}/.exec(out);
-      if (match) resolve({ variant, url: `http://127.0.0.1:${match[1]}`, pid: child.pid! });
+      if (match) resolve({ variant, url: `http://127.0.0.1:${match[1]}`, pid: child.pid!, child });
     });
     child.once('exit', (code) => reject(new Error(`server ${variant} exited with ${code} before it was ready`)));
   });
@@ -105,6 +110,15 @@ interface Run {
   redis_calls_per_req: Record<string, number>;
 }
 
+async function primeKeys(name: string, server: Server, keys: LoadCommand['keys']) {
+  const primed = await load({ type: 'prime', url: server.url, keys });
+  if (keys.mode === 'replay' && (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count))) {
+    throw new Error(
+      `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
+    );
+  }
+}
+
 async function measureRun(
   name: string,
   round: number,
@@ -112,14 +126,7 @@ async function measureRun(
   keys: LoadCommand['keys'],
   redis: { admin: Redis; pid: number },
 ): Promise<Run> {
-  if (keys.mode === 'replay') {
-    const primed = await load({ type: 'prime', url: server.url, keys });
-    if (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count)) {
-      throw new Error(
-        `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
-      );
-    }
-  }
+  if (keys.mode === 'replay') await primeKeys(name, server, keys);
   await load({ type: 'run', url: server.url, duration: WARMUP, keys });
   const callsBefore = await commandCalls(redis.admin);
   const serverBefore = cpuMicros(server.pid);
@@ -204,6 +211,10 @@ async function fillPostgres(url: string, count: number, expired: boolean) {
 
 // ---------------------------------------------------------------- main
 async function main() {
+  // What the committed record says, to tell what changed since it.
+  const previous: Previous | undefined = existsSync(here('./RESULTS.md'))
+    ? previousOf(readFileSync(here('./RESULTS.md'), 'utf8'))
+    : undefined;
   const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
   const loadBefore = loadAverage();
   log(
@@ -306,6 +317,75 @@ async function main() {
     }
   }
 
+  // Latency at a fixed rate: half of the baseline's peak, open loop, A B A B as above.
+  const peakOf = (baseline: string) => median(runs.filter((r) => r.name === baseline).map((r) => r.rps));
+  const rateOf = {
+    baseline: Math.round(peakOf('baseline') / 2),
+    'express-baseline': Math.round(peakOf('express-baseline') / 2),
+  };
+  log(`latency at a fixed rate: ${rateOf.baseline} req/s (tRPC), ${rateOf['express-baseline']} req/s (Express)`);
+  const paced: { name: string; round: number; variant: LoadResult; before: LoadResult; after: LoadResult }[] = [];
+  const pacedRun = async (name: string, server: Server, keys: LoadCommand['keys'], rate: number) => {
+    await load({ type: 'paced', url: server.url, duration: WARMUP, rate, keys });
+    const result = await load({ type: 'paced', url: server.url, duration: PACED_DURATION, rate, keys });
+    log(
+      `${`${name} @${rate}/s`.padEnd(34)} p50 ${(result.p50_ms * 1000).toFixed(0)} µs  p99 ${(result.p99_ms * 1000).toFixed(0)} µs`,
+    );
+    return result;
+  };
+  for (let round = 1; round <= ROUNDS; round++) {
+    let before: { name: string; result: LoadResult } | undefined;
+    for (const step of plan) {
+      const rate = rateOf[step.baseline as keyof typeof rateOf];
+      if (before?.name !== step.baseline) {
+        before = {
+          name: step.baseline,
+          result: await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate),
+        };
+      }
+      const keys: LoadCommand['keys'] =
+        step.keys === 'fresh'
+          ? { mode: 'fresh' }
+          : { mode: 'replay', prefix: `${step.name}-paced-r${round}`, count: REPLAY_KEYS };
+      if (keys.mode === 'replay') await primeKeys(step.name, servers[step.server]!, keys);
+      const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
+      const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
+      paced.push({ name: step.name, round, variant, before: before.result, after });
+      before = { name: step.baseline, result: after };
+    }
+  }
+
+  // Where the CPU goes: the baseline and our variants again, each in a fresh server under node --cpu-prof.
+  log('profiles: node --cpu-prof of the baseline and of each store path under the same load');
+  const profileDir = mkdtempSync(join(tmpdir(), 'bench-profiles-'));
+  cleanups.push(() => rmSync(profileDir, { recursive: true, force: true }));
+  const profiles: Record<string, ProfileSummary & { requests: number }> = {};
+  for (const [name, variant, mode] of [
+    ['baseline', 'baseline', 'fresh'],
+    ['memory-first', 'memory', 'fresh'],
+    ['memory-replay', 'memory', 'replay'],
+    ['redis-first', 'redis', 'fresh'],
+    ['redis-replay', 'redis', 'replay'],
+    ['postgres-first', 'postgres', 'fresh'],
+    ['postgres-replay', 'postgres', 'replay'],
+  ] as const) {
+    const file = join(profileDir, `${name}.cpuprofile`);
+    const server = await startServer(variant, { ...env, BENCH_PROFILE: file });
+    const keys: LoadCommand['keys'] =
+      mode === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${name}-profile`, count: REPLAY_KEYS };
+    if (keys.mode === 'replay') await primeKeys(name, server, keys);
+    await load({ type: 'run', url: server.url, duration: WARMUP, keys });
+    // The profile covers the measured window only: SIGUSR2 starts it, SIGTERM writes it.
+    server.child.kill('SIGUSR2');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
+    const exited = new Promise((resolve) => server.child.once('exit', resolve));
+    server.child.kill('SIGTERM');
+    await exited;
+    const requests = measured.total;
+    profiles[name] = { ...summariseProfile(file, requests), requests };
+  }
+
   // Growth: 1,000,000 live records against an empty store, alternating.
   log(`growth: storing ${RECORDS} live records in Redis and in PostgreSQL`);
   await fillRedis(admins.get(redisFull)!, RECORDS);
@@ -380,6 +460,23 @@ async function main() {
       non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
     };
   });
+  const latency = plan.map((step) => {
+    const mine = paced.filter((p) => p.name === step.name);
+    const us = (ms: number) => Math.round(ms * 1000);
+    const base50 = median(mine.map((p) => (p.before.p50_ms + p.after.p50_ms) / 2));
+    const base99 = median(mine.map((p) => (p.before.p99_ms + p.after.p99_ms) / 2));
+    return {
+      name: step.name,
+      rate: rateOf[step.baseline as keyof typeof rateOf],
+      p50_us: us(median(mine.map((p) => p.variant.p50_ms))),
+      p99_us: us(median(mine.map((p) => p.variant.p99_ms))),
+      baseline_p50_us: us(base50),
+      baseline_p99_us: us(base99),
+      added_p50_us: us(median(mine.map((p) => p.variant.p50_ms - (p.before.p50_ms + p.after.p50_ms) / 2))),
+      added_p99_us: us(median(mine.map((p) => p.variant.p99_ms - (p.before.p99_ms + p.after.p99_ms) / 2))),
+      non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
+    };
+  });
   const growthOf = (store: 'redis' | 'postgres') => {
     const empty = growthRuns[`${store}-empty`]!;
     const full = growthRuns[`${store}-full`]!;
@@ -395,6 +492,8 @@ async function main() {
   const results = {
     machine: machine(),
     date: new Date().toISOString(),
+    commit: commitOf(),
+    previous,
     settings: {
       rounds: ROUNDS,
       duration_s: DURATION,
@@ -427,6 +526,8 @@ async function main() {
     redis_used_memory_per_record: redisOps.used_memory_bytes_per_record,
     record_body_bytes: redisOps.body_bytes,
     peer_redis_bytes_per_record: peerBytes,
+    latency,
+    profiles,
     overhead_us_per_call: round2(overhead.overhead_us_per_call),
     overhead: overhead,
     growth: { redis: { ...growthOf('redis'), keys_in_redis: redisFullKeys }, postgres: growthOf('postgres') },
@@ -447,6 +548,17 @@ async function main() {
 }
 
 const round3 = (n: number) => Math.round(n * 1000) / 1000;
+
+/** The commit measured, with `+changes` when the working tree differs from it. */
+function commitOf(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench'], { encoding: 'utf8' }).trim();
+    return dirty === '' ? head : `${head}+changes`;
+  } catch {
+    return 'unknown';
+  }
+}
 
 function execJson(args: string[]): unknown {
   const out = execFileSync(process.execPath, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });

@@ -6,9 +6,11 @@
  * tRPC variants share one router shape and the same `pay` mutation; the
  * library is loaded from the built `dist/` (run `npm run build` first), or
  * from the build directory named by BENCH_LIB, to compare two builds.
+ * BENCH_PROFILE: where to write a CPU profile of the window between SIGUSR2 and SIGTERM.
  * Express variants answer the same request with the same JSON envelope.
  */
 
+import { writeFileSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
@@ -201,9 +203,24 @@ server.keepAliveTimeout = 60_000;
 server.listen(port, '127.0.0.1', () => {
   process.stdout.write(`${JSON.stringify({ ready: (server.address() as AddressInfo).port })}\n`);
 });
+// BENCH_PROFILE=<file>: SIGUSR2 starts V8's CPU profiler (after the warm-up), SIGTERM writes the profile there.
+let stopProfile = async () => {};
+if (process.env.BENCH_PROFILE) {
+  const file = process.env.BENCH_PROFILE;
+  const { Session } = await import('node:inspector/promises');
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 250 });
+  process.on('SIGUSR2', () => void session.post('Profiler.start'));
+  stopProfile = async () => {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(file, JSON.stringify(profile));
+  };
+}
 process.on('SIGTERM', () => {
   server.closeAllConnections();
   server.close();
   redis.disconnect();
-  process.exit(0);
+  stopProfile().finally(() => process.exit(0));
 });

@@ -28,9 +28,97 @@ interface Growth {
   full_p99_ms: number;
 }
 
+interface Latency {
+  name: string;
+  rate: number;
+  p50_us: number;
+  p99_us: number;
+  baseline_p50_us: number;
+  baseline_p99_us: number;
+  added_p50_us: number;
+  added_p99_us: number;
+  non2xx: number;
+}
+
+interface Profile {
+  requests: number;
+  busy_us_per_req: number;
+  owners: Record<string, number>;
+  top: { frame: string; owner: string; us_per_req: number; share: number }[];
+}
+
+/** What a run records for the next one to compare with, in a comment of RESULTS.md. */
+export interface Previous {
+  date: string;
+  commit: string;
+  ratios: Record<string, number>;
+  overhead_us_per_call: number;
+}
+
+const SUMMARY = /<!-- bench-summary (\{.*\}) -->/;
+
+/** The summary the committed RESULTS.md carries, or what its tables say (a record older than the summary). */
+export function previousOf(markdown: string): Previous | undefined {
+  const match = SUMMARY.exec(markdown);
+  if (match) return JSON.parse(match[1]!) as Previous;
+  const date = /\((\d{4}-\d\d-\d\dT[^)]+)\)/.exec(markdown)?.[1];
+  const ratios = Object.fromEntries(
+    [...markdown.matchAll(/^\| ([a-z0-9-]+) \|[^|]*\|[^|]*\| \*\*([0-9.]+)\*\* \|/gm)].map((m) => [
+      m[1]!,
+      Number(m[2]),
+    ]),
+  );
+  const overhead = /\*\*([0-9.]+) µs per call\*\*/.exec(markdown)?.[1];
+  if (date === undefined || Object.keys(ratios).length === 0) return undefined;
+  return { date, commit: 'unknown', ratios, overhead_us_per_call: Number(overhead ?? Number.NaN) };
+}
+
+function latencyTable(rows: Latency[]): string {
+  const lines = [
+    '| Variant | Rate req/s | p50 / p99 µs | Baseline p50 / p99 µs | Added p50 / p99 µs |',
+    '| --- | ---: | --- | --- | --- |',
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.name} | ${fmt(r.rate)} | ${fmt(r.p50_us)} / ${fmt(r.p99_us)} | ${fmt(r.baseline_p50_us)} / ${fmt(r.baseline_p99_us)} | **${fmt(r.added_p50_us)}** / ${fmt(r.added_p99_us)} |${r.non2xx > 0 ? ` ⚠ ${r.non2xx} errors` : ''}`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function profileTables(profiles: Record<string, Profile>): string {
+  const names = Object.keys(profiles);
+  const owners = [...new Set(names.flatMap((n) => Object.keys(profiles[n]!.owners)))];
+  const ownerRows = owners.map(
+    (owner) => `| ${owner} | ${names.map((n) => String(profiles[n]!.owners[owner] ?? 0)).join(' | ')} |`,
+  );
+  const out = [
+    `| µs of CPU per request | ${names.join(' | ')} |`,
+    `| --- | ${names.map(() => '---:').join(' | ')} |`,
+    `| **busy, all owners** | ${names.map((n) => `**${profiles[n]!.busy_us_per_req}**`).join(' | ')} |`,
+    ...ownerRows,
+  ];
+  for (const name of names) {
+    const p = profiles[name]!;
+    out.push(
+      '',
+      `**${name}** (${fmt(p.requests)} requests profiled): top self-time frames`,
+      '',
+      '| Frame | Owner | µs/req | Share |',
+      '| --- | --- | ---: | ---: |',
+      ...p.top.map((f) => `| \`${f.frame}\` | ${f.owner} | ${f.us_per_req} | ${(f.share * 100).toFixed(1)}% |`),
+    );
+  }
+  return out.join('\n');
+}
+
 export interface Results {
   machine: Record<string, string | number>;
   date: string;
+  commit: string;
+  previous: Previous | undefined;
+  latency: Latency[];
+  profiles: Record<string, Profile>;
   settings: { rounds: number; duration_s: number; warmup_s: number; connections: number; replay_keys: number };
   load_average: { before: number[]; after: number[]; waited_for_quiet_s?: number; reached_quiet?: boolean };
   rows: Row[];
@@ -105,12 +193,77 @@ export function renderTable(results: Results): string {
   ].join('\n');
 }
 
-function target(ok: boolean): string {
-  return ok ? 'holds' : '**missed**';
+const met = (ok: boolean) => (ok ? 'met' : '**not met**');
+
+function targetsTable(results: Results): string {
+  const row = (name: string) => results.rows.find((r) => r.name === name);
+  const ratio = (name: string) => row(name)?.ratio ?? Number.NaN;
+  const peersFirst = Math.max(ratio('node-idempotency-first'), ratio('powertools-first'));
+  const peersReplay = Math.max(
+    ratio('node-idempotency-replay'),
+    ratio('powertools-replay'),
+    ratio('express-idempotency-replay'),
+  );
+  const floor = ratio('floor-2-redis-round-trips');
+  const redisReplay = row('redis-replay')!;
+  const pgFirst = row('postgres-first')!;
+  const t = (what: string, measured: string, ok: boolean) => `| ${what} | ${measured} | ${met(ok)} |`;
+  return [
+    '| Target | Measured | |',
+    '| --- | --- | --- |',
+    t(
+      'Redis, first execution: ≥ every atomic peer (node-idempotency, Powertools) and within 0.03 of the two-round-trip floor',
+      `${ratio('redis-first').toFixed(2)}; peers ≤ ${peersFirst.toFixed(2)}; floor ${floor.toFixed(2)}`,
+      ratio('redis-first') >= peersFirst && ratio('redis-first') >= floor - 0.03,
+    ),
+    t(
+      'Redis, replay: ≥ every peer, and less server CPU per request than the bare procedure',
+      `${redisReplay.ratio.toFixed(2)}; peers ≤ ${peersReplay.toFixed(2)}; ${redisReplay.server_cpu_us_per_req} vs ${redisReplay.baseline_server_cpu_us_per_req} µs`,
+      redisReplay.ratio >= peersReplay &&
+        redisReplay.server_cpu_us_per_req < redisReplay.baseline_server_cpu_us_per_req,
+    ),
+    t('Memory, replay: ≥ 0.95', ratio('memory-replay').toFixed(2), ratio('memory-replay') >= 0.95),
+    t(
+      'PostgreSQL: first ≥ 0.5, replay ≥ 0.8',
+      `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}`,
+      ratio('postgres-first') >= 0.5 && ratio('postgres-replay') >= 0.8,
+    ),
+    t(
+      'PostgreSQL server CPU per first execution ≤ 271 µs (half of the 542 µs recorded on 2026-11-30)',
+      `${pgFirst.postgres_cpu_us_per_req} µs`,
+      pgFirst.postgres_cpu_us_per_req <= 271,
+    ),
+    t(
+      'In process, memory store: overhead ≤ 4 µs per call',
+      `${results.overhead_us_per_call} µs`,
+      results.overhead_us_per_call <= 4,
+    ),
+  ].join('\n');
+}
+
+/** Ratios against the previous committed record's. */
+function sinceLast(results: Results): string {
+  const prev = results.previous;
+  if (prev === undefined) return '';
+  const lines = [
+    `## Since the last record`,
+    '',
+    `The previous record: ${prev.date.slice(0, 16).replace('T', ' ')} UTC, commit ${prev.commit}; this one: commit ${results.commit}.`,
+    '',
+    '| Variant | Ratio then | Ratio now |',
+    '| --- | ---: | ---: |',
+  ];
+  for (const r of results.rows) {
+    const then = prev.ratios[r.name];
+    lines.push(`| ${r.name} | ${then === undefined ? '' : then.toFixed(2)} | ${r.ratio.toFixed(2)} |`);
+  }
+  lines.push(
+    `| in-process overhead, µs per call | ${Number.isNaN(prev.overhead_us_per_call) ? '' : prev.overhead_us_per_call} | ${results.overhead_us_per_call} |`,
+  );
+  return lines.join('\n');
 }
 
 export function renderMarkdown(results: Results): string {
-  const row = (name: string) => results.rows.find((r) => r.name === name)!;
   const ours = results.rows.filter((r) => OURS.some((o) => r.name.startsWith(`${o}-`)));
   const peers = results.rows.filter((r) => !OURS.some((o) => r.name.startsWith(`${o}-`)));
   const m = results.machine;
@@ -119,20 +272,10 @@ export function renderMarkdown(results: Results): string {
     Object.entries(calls)
       .map(([cmd, n]) => `${cmd} ${Math.round(n * 100) / 100}`)
       .join(', ');
-  const extra = (r: Row) => r.server_cpu_us_per_req - r.baseline_server_cpu_us_per_req;
-  const redisFirst = row('redis-first');
-  const memoryFirst = row('memory-first');
-  const redisReplay = row('redis-replay');
-  const memoryReplay = row('memory-replay');
-  const floor = row('floor-2-redis-round-trips');
-  const noIo = row('floor-no-io-handler');
-  const pgFirst = row('postgres-first');
-  const pgReplay = row('postgres-replay');
   const quiet = results.load_average.reached_quiet;
-  const budget = Math.round(memoryFirst.baseline_server_cpu_us_per_req * (1 / 0.95 - 1));
   return `# Benchmark results
 
-Generated by \`npm run bench\` on ${results.date.slice(0, 10)} (${results.date}); it took ${results.duration_s} s.
+Generated by \`npm run bench\` on ${results.date.slice(0, 10)} (${results.date}) at commit ${results.commit}; it took ${results.duration_s} s.
 
 **Machine:** ${m.cpu}, ${m.cores} cores, ${m.memory_gib} GiB; ${m.os}; Node ${m.node}; Redis ${m.redis}; PostgreSQL ${m.postgresql}.
 Load average (1, 5, 15 min) before the run: ${results.load_average.before.join(', ')}; after: ${results.load_average.after.join(', ')}${
@@ -181,29 +324,26 @@ ${rowsTable(peers)}
 
 ## Targets
 
-| Target | Measured | |
-| --- | --- | --- |
-| Redis, first executions: ≥ 0.85 of baseline throughput | ${redisFirst.ratio.toFixed(2)} | ${target(redisFirst.ratio >= 0.85)} |
-| Memory store, first executions: ≥ 0.95 | ${memoryFirst.ratio.toFixed(2)} | ${target(memoryFirst.ratio >= 0.95)} |
-| A replay cheaper than a first execution, which runs the procedure (Redis) | ${redisReplay.ratio.toFixed(2)} vs ${redisFirst.ratio.toFixed(2)} of baseline; ${redisReplay.server_cpu_us_per_req} vs ${redisFirst.server_cpu_us_per_req} µs server CPU per request | ${target(redisReplay.rps > redisFirst.rps && redisReplay.server_cpu_us_per_req < redisFirst.server_cpu_us_per_req)} |
-| A replay cheaper than the bare procedure without idempotency (Redis) | ${redisReplay.ratio.toFixed(2)} of baseline; ${redisReplay.server_cpu_us_per_req} vs ${redisReplay.baseline_server_cpu_us_per_req} µs | ${target(redisReplay.ratio >= 1)} |
+${targetsTable(results)}
 
-**What bounds them.** A baseline request costs this server about ${memoryFirst.baseline_server_cpu_us_per_req} µs of CPU, and the server's CPU is what
-limits throughput: each ratio follows the extra CPU per request (server CPU column).
-- Redis, first execution: ${extra(redisFirst)} µs more per request than the baseline. The two round trips alone (the floor,
-  ${floor.ratio.toFixed(2)}) cost ${extra(floor)} µs in the client (ioredis writes, reply parsing); the rest, about ${extra(redisFirst) - extra(floor)} µs, is the layer's work per
-  call (with the memory store, which does no I/O, that work costs ${extra(memoryFirst)} µs). Redis itself spends ${redisFirst.redis_cpu_us_per_req} µs per request running the scripts
-  on the same 2 cores (${floor.redis_cpu_us_per_req} µs for the floor's plain commands).
-- Memory store: 0.95 leaves about ${budget} µs per request. In process, through a server-side caller, the layer costs
-  ${results.overhead_us_per_call} µs per call (${results.overhead.fingerprint_us.toFixed(2)} µs of it the input's canonical form and SHA-256), but on the
-  loaded server the same work (fingerprint, claim and completion, the result's serialization for storage, the renewal
-  timer and store timeouts, about ten promise hops) costs ${extra(memoryFirst)} µs: the request's code shares the 2 cores and their
-  caches with the load generator, and every step runs several times slower than in a tight loop.
-- Replay: one round trip (EVALSHA) against the baseline's one (INCR), plus parsing the stored result back before tRPC
-  serializes it again, so it cannot be cheaper than the bare procedure when the procedure is a single INCR. From the
-  memory store a replay (${memoryReplay.ratio.toFixed(2)}) does no I/O at all and meets the \`writev\` cost of the no-I/O floor (${noIo.ratio.toFixed(2)}).
-- PostgreSQL (${pgFirst.ratio.toFixed(2)} first, ${pgReplay.ratio.toFixed(2)} replay) runs on the same 2 cores: the server processes used ${pgFirst.postgres_cpu_us_per_req} µs of CPU per
-  first execution (2 statements) and ${pgReplay.postgres_cpu_us_per_req} µs per replay (1 statement).
+## Latency at a fixed rate
+
+Each variant and its baseline at half of the baseline's peak throughput (${results.latency[0]?.rate ?? 0} req/s for tRPC), open loop
+(requests leave on schedule whether or not earlier ones have answered), timed to the microsecond by the load process, A B A B
+over ${results.settings.rounds} rounds; *added* is the variant's percentile minus its baselines', median over the rounds: what
+an application that is not saturated feels per request.
+
+${latencyTable(results.latency)}
+
+## Where the CPU goes
+
+Each server again, fresh, under the same saturating load, with V8's CPU profiler (250 µs sampling) recording only the
+${results.settings.duration_s} s measured window (after the warm-up). Self time per request, by owner of the code, then the top frames.
+The profiler slows the server it samples, so compare these figures with each other, not with the CPU column above.
+
+${profileTables(results.profiles)}
+
+${sinceLast(results)}
 
 ## Store cost
 
@@ -235,5 +375,12 @@ In-process cost of the middleware (mitata, server-side caller, memory store, \`g
 Raw runs: \`bench/results.json\` (not committed). Run it: \`npm run bench\` (needs \`redis-server\` on the PATH and PostgreSQL at
 \`DATABASE_URL\`, default \`postgres://postgres@127.0.0.1:5432/test\`; \`BENCH_ROUNDS\`, \`BENCH_DURATION\`, \`BENCH_RECORDS\`,
 \`BENCH_WAIT_QUIET=1\`).
+
+<!-- bench-summary ${JSON.stringify({
+    date: results.date,
+    commit: results.commit,
+    ratios: Object.fromEntries(results.rows.map((r) => [r.name, r.ratio])),
+    overhead_us_per_call: results.overhead_us_per_call,
+  } satisfies Previous)} -->
 `;
 }
