@@ -42,6 +42,17 @@ const CONNECTIONS = 32;
 const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 1_000;
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+/**
+ * BENCH_PIN (on unless 0, with taskset and 2 cores or more): the server under test runs alone on CPU 0,
+ * the load generator and the bench's Redis servers on the others. Unpinned, the three share both cores
+ * and the scheduler, not the server's work, sets part of the throughput: a server that does less
+ * (no I/O at all) measured slower than one doing more.
+ */
+const PIN = process.env.BENCH_PIN !== '0' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
+const OTHER_CPUS = `1-${cpus().length - 1}`;
+function pin(pid: number, cpuList: string) {
+  if (PIN) execFileSync('taskset', ['-a', '-p', '-c', cpuList, String(pid)], { stdio: 'ignore' });
+}
 const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
@@ -61,7 +72,9 @@ interface Server {
 }
 
 function startServer(variant: string, env: Record<string, string>): Promise<Server> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', here('./server.ts'), variant], {
+  const command = PIN ? 'taskset' : process.execPath;
+  const args = ['--import', 'tsx', here('./server.ts'), variant];
+  const child: ChildProcess = spawn(command, PIN ? ['-c', '0', process.execPath, ...args] : args, {
     env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -271,6 +284,8 @@ async function main() {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   cleanups.push(() => void loadWorker.kill());
+  pin(loadWorker.pid!, OTHER_CPUS);
+  for (const r of [redisMain, redisEmpty, redisFull]) pin(r.pid, OTHER_CPUS);
 
   // A B A B: every variant runs right after its baseline, and the baseline runs again after it.
   const main = { admin: admins.get(redisMain)!, pid: redisMain.pid };
@@ -502,6 +517,9 @@ async function main() {
       replay_keys: REPLAY_KEYS,
       servers: 'built dist/ (npm run build), node --import tsx bench/server.ts',
       load: 'autocannon 9 in a separate process, loopback',
+      pinned: PIN
+        ? `the server under test on CPU 0; the load generator and the bench's Redis servers on CPUs ${OTHER_CPUS}; PostgreSQL unpinned`
+        : 'no (BENCH_PIN=0, or no taskset)',
     },
     load_average: {
       before: loadBefore,

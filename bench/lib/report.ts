@@ -119,7 +119,14 @@ export interface Results {
   previous: Previous | undefined;
   latency: Latency[];
   profiles: Record<string, Profile>;
-  settings: { rounds: number; duration_s: number; warmup_s: number; connections: number; replay_keys: number };
+  settings: {
+    rounds: number;
+    duration_s: number;
+    warmup_s: number;
+    connections: number;
+    replay_keys: number;
+    pinned?: string;
+  };
   load_average: { before: number[]; after: number[]; waited_for_quiet_s?: number; reached_quiet?: boolean };
   rows: Row[];
   store_ops: {
@@ -293,7 +300,7 @@ its ratio is its throughput over the mean of those two, and the table gives the 
 The operation is one tRPC mutation (\`POST /pay\`) whose handler does one Redis INCR and returns ~${results.record_body_bytes} bytes of JSON.
 *first*: a fresh \`Idempotency-Key\` per request (every request runs the procedure); *replay*: ${results.settings.replay_keys} keys completed
 beforehand, reused in turn (no request runs it). The machine also runs the load generator, Redis and PostgreSQL on
-its 2 cores, so absolute numbers are for context: compare ratios. Server CPU is the server process's user + system
+its ${results.machine.cores} cores (pinned: ${results.settings.pinned ?? 'no'}), so absolute numbers are for context: compare ratios. Server CPU is the server process's user + system
 time over the run, per request; Redis commands are \`INFO commandstats\` deltas over the run, per request, the handler's INCR left out.
 
 ## trpc-idempotency
