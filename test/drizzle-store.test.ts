@@ -138,10 +138,11 @@ describe('store failures on PostgreSQL', () => {
     const seed = drizzleStore({ db: server.db });
     const key = 'locked-key';
     await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
-    // another session holds the row's lock (a long transaction, a vacuum full...)
+    // another session holds a lock the claim must wait for (a vacuum full, a migration...). A row lock
+    // alone would not do: the claim only reads a live row held by another token, and answers at once.
     const locker = await server.pool.connect();
     await locker.query('begin');
-    await locker.query('select * from idempotency_keys where id = $1 for update', [recordId(undefined, 'op', key)]);
+    await locker.query('lock table idempotency_keys in access exclusive mode');
     try {
       let ran = false;
       await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({
@@ -153,6 +154,53 @@ describe('store failures on PostgreSQL', () => {
       await locker.query('rollback');
       locker.release();
       await pool.end();
+    }
+  });
+});
+
+describe('a claim that finds a live row', () => {
+  it('writes nothing: it leaves the row as it was, and answers while another transaction holds the row', async () => {
+    const store = drizzleStore({ db: server.db });
+    await store.claim({ id: 'live-held', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.claim({ id: 'live-done', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.complete({
+      id: 'live-done',
+      fingerprint: 'fp',
+      token: 'holder',
+      state: 'completed',
+      body: 'kept',
+      ttl: 60_000,
+    });
+    // xmin and xmax change with any write or row lock (a locked row gets the locker's xid as xmax).
+    const versions = async () =>
+      (
+        await server.pool.query(
+          `select id, xmin::text, xmax::text, expires_at from idempotency_keys where id like 'live-%' order by id`,
+        )
+      ).rows;
+    const claims = () =>
+      Promise.all([
+        store.claim({ id: 'live-held', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+        store.claim({ id: 'live-done', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+      ]);
+    const expected = [
+      { state: 'in_progress', fingerprint: 'fp' },
+      { state: 'completed', fingerprint: 'fp', body: 'kept' },
+    ];
+
+    const before = await versions();
+    expect(await claims()).toMatchObject(expected);
+    expect(await versions()).toEqual(before);
+
+    const locker = await server.pool.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`select 1 from idempotency_keys where id like 'live-%' for update`);
+      const answered = await Promise.race([claims(), sleep(5_000).then(() => 'waited for the lock')]);
+      expect(answered).toMatchObject(expected);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
     }
   });
 });

@@ -155,31 +155,38 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
   };
 
   /**
-   * One statement: insert the claim, or take over a row that has expired (or
-   * is this token's own live claim), unless the deadline has passed; then,
-   * in one row: whether it was taken, the live row it found, and, when the
-   * row was free to take, the server's clock. In READ COMMITTED the read
-   * sees the statement's snapshot, so when a concurrent claim committed after
-   * it began (the INSERT waited for it and found it live) the row is
-   * invisible and nothing is found: the caller then runs it again.
+   * One statement. `live` reads the key's live row (not expired) in the
+   * statement's snapshot. `claimed` inserts the claim, or takes over a row
+   * that has expired (or is this token's own live claim), unless the
+   * deadline has passed; it does not even try when `live` shows a row it
+   * could not take (another token's claim, or an outcome), so a replay or an
+   * in-flight rejection writes nothing: no row lock, no WAL, no commit to
+   * wait for. The result, in one row: whether it was taken, the live row,
+   * and, when the row was free to take, the server's clock. In READ
+   * COMMITTED the read sees the statement's snapshot, so when a concurrent
+   * claim committed after it began (the INSERT waited for it and found it
+   * live) the row is invisible and nothing is found: the caller then runs it again.
    */
   const claimQuery = ({ id, fingerprint, token, lockTtl, deadline }: ClaimInput) => sql`
-    with claimed as (
+    with live as (
+      select state, fingerprint, token, body from idempotency_keys
+       where id = ${id} and expires_at > statement_timestamp()
+    ), claimed as (
       insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
       select ${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp()
        where statement_timestamp() <= ${deadline === undefined ? 'infinity' : new Date(deadline).toISOString()}::timestamptz
+         and not exists (select from live where not (live.token = ${token} and live.state = 'in_progress'))
       on conflict (id) do update
         set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
             expires_at = excluded.expires_at, created_at = excluded.created_at
         where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
       returning 1
     )
-    select exists (select 1 from claimed) as acquired, r.state, r.fingerprint,
-           case when r.fingerprint = ${fingerprint} then r.body end as body,
-           case when r.state is null or (r.token = ${token} and r.state = 'in_progress')
+    select exists (select from claimed) as acquired, live.state, live.fingerprint,
+           case when live.fingerprint = ${fingerprint} then live.body end as body,
+           case when live.state is null or (live.token = ${token} and live.state = 'in_progress')
                 then date_part('epoch', statement_timestamp()) * 1000 end as time
-      from (values (1)) as one (x)
-      left join idempotency_keys r on r.id = ${id} and r.expires_at > statement_timestamp()`;
+      from (values (1)) as one (x) left join live on true`;
 
   // Stores the outcome if the token holds the claim, or if the row is absent
   // or expired (purged, or expired with no one taking it over): no one else
