@@ -204,3 +204,40 @@ describe('a claim that finds a live row', () => {
     }
   });
 });
+
+describe('prepared statements (node-postgres)', () => {
+  it('are named, so parsed once per connection; a connection that lost them (DISCARD ALL, a pooler) goes on unnamed', async () => {
+    const pg = (await import('pg')).default;
+    const { withSearchPath, DATABASE_URL } = await import('./helpers/postgres.js');
+    const pool = new pg.Pool({ connectionString: withSearchPath(DATABASE_URL, server.schema), max: 1 });
+    try {
+      const store = drizzleStore({ db: drizzle(pool) });
+      const claim = (id: string) => store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+      const named = async () =>
+        (await pool.query(`select 1 from pg_prepared_statements where name like 'trpc_idempotency_%'`)).rowCount;
+
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' });
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' }); // the same token holds it again
+      expect(await named()).toBe(1);
+
+      // node-postgres still takes the statement for prepared on this connection: the server says
+      // it does not exist (26000) before running anything, and the store runs it again unnamed.
+      await pool.query('discard all');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'acquired' });
+      expect(
+        await store.complete({
+          id: 'prepared-2',
+          fingerprint: 'fp',
+          token: 't',
+          state: 'completed',
+          body: 'ok',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'completed', body: 'ok' });
+      expect(await named()).toBe(0);
+    } finally {
+      await pool.end();
+    }
+  });
+});
