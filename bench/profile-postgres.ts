@@ -15,10 +15,10 @@
  * the .cpuprofile files to dir, and prints the top self-time frames per phase.
  *
  * Environment: DATABASE_URL, OPS (per phase, default 4000), CONCURRENCY (32),
- * ROUNDS (5), LIBS, PROFILE, TOP (frames listed, 25).
+ * ROUNDS (5), LIBS, PROFILE, TOP (frames listed, 25), POOL (connections, 10).
  */
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -33,6 +33,7 @@ const CONCURRENCY = Number(process.env.CONCURRENCY ?? 32);
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
 const TOP = Number(process.env.TOP ?? 25);
 const PROFILE = process.env.PROFILE;
+const POOL = Number(process.env.POOL ?? 10);
 const PAYLOAD = { amount: 4200, currency: 'eur' };
 
 interface Build {
@@ -50,7 +51,7 @@ async function loadBuild(label: string, dir: string, url: string): Promise<Build
   // Idle connections stay (idleTimeoutMillis 0), so the backends measured stay the same between phases.
   const pool = new pg.Pool({
     connectionString: url,
-    max: 10,
+    max: POOL,
     application_name: `profile-${label}`,
     idleTimeoutMillis: 0,
   });
@@ -86,18 +87,25 @@ function phaseOp(build: Build, phase: Phase): (i: number) => Promise<unknown> {
     });
 }
 
-/** CPU time so far of the PostgreSQL backends serving `build`'s pool (its connections), in µs. */
-async function backendMicros(build: Build): Promise<Map<number, number>> {
+/** System CPU time of a process so far, in µs (Linux: field 15 of /proc/<pid>/stat, 100 Hz ticks). */
+function systemMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[12]) * 10_000;
+}
+
+/** CPU time so far (total, system) of the PostgreSQL backends serving `build`'s pool (its connections), in µs. */
+async function backendMicros(build: Build): Promise<Map<number, [number, number]>> {
   const { rows } = await build.pool.query<{ pid: number }>(
     'select pid from pg_stat_activity where application_name = $1',
     [`profile-${build.label}`],
   );
-  return new Map(rows.map(({ pid }) => [pid, cpuMicros(pid)]));
+  return new Map(rows.map(({ pid }) => [pid, [cpuMicros(pid), systemMicros(pid)]]));
 }
 
 interface Sample {
-  /** PostgreSQL backend CPU per operation (10 ms ticks summed over the run). */
+  /** PostgreSQL backend CPU per operation (10 ms ticks summed over the run), and of it in the kernel. */
   pgUsPerOp: number;
+  pgSysUsPerOp: number;
   cpuUsPerOp: number;
   /** Of which in the kernel (socket reads and writes). */
   sysUsPerOp: number;
@@ -114,7 +122,12 @@ async function measure(build: Build, phase: Phase, session?: Session): Promise<S
   const elapsed = performance.now() - start;
   const used = process.cpuUsage(cpu);
   let backends = 0;
-  for (const [pid, after] of await backendMicros(build)) backends += after - (backendsBefore.get(pid) ?? after);
+  let backendsSystem = 0;
+  for (const [pid, [total, system]] of await backendMicros(build)) {
+    const [totalBefore, systemBefore] = backendsBefore.get(pid) ?? [total, system];
+    backends += total - totalBefore;
+    backendsSystem += system - systemBefore;
+  }
   if (session) {
     const { profile } = await session.post('Profiler.stop');
     const file = `${PROFILE}/${build.label}-${phase}.cpuprofile`;
@@ -125,6 +138,7 @@ async function measure(build: Build, phase: Phase, session?: Session): Promise<S
     cpuUsPerOp: (used.user + used.system) / OPS,
     sysUsPerOp: used.system / OPS,
     pgUsPerOp: backends / OPS,
+    pgSysUsPerOp: backendsSystem / OPS,
     opsPerSec: (OPS / elapsed) * 1000,
   };
 }
@@ -210,10 +224,11 @@ async function main() {
       const cpu = list.map((s) => s.cpuUsPerOp);
       const sys = list.map((s) => s.sysUsPerOp);
       const backend = list.map((s) => s.pgUsPerOp);
+      const backendSys = list.map((s) => s.pgSysUsPerOp);
       const rate = list.map((s) => s.opsPerSec);
       console.log(
         `${key.padEnd(20)} CPU ${median(cpu).toFixed(0).padStart(4)} µs/op (${Math.min(...cpu).toFixed(0)}-${Math.max(...cpu).toFixed(0)}), ` +
-          `of which system ${median(sys).toFixed(0).padStart(3)};   PostgreSQL backends ${median(backend).toFixed(0).padStart(4)} µs/op (${Math.min(...backend).toFixed(0)}-${Math.max(...backend).toFixed(0)})` +
+          `of which system ${median(sys).toFixed(0).padStart(3)};   PostgreSQL backends ${median(backend).toFixed(0).padStart(4)} µs/op (${Math.min(...backend).toFixed(0)}-${Math.max(...backend).toFixed(0)}), of which system ${median(backendSys).toFixed(0)}` +
           `   ${median(rate).toFixed(0).padStart(5)} ops/s (${Math.min(...rate).toFixed(0)}-${Math.max(...rate).toFixed(0)})`,
       );
     }
