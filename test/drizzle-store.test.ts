@@ -138,10 +138,11 @@ describe('store failures on PostgreSQL', () => {
     const seed = drizzleStore({ db: server.db });
     const key = 'locked-key';
     await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
-    // another session holds the row's lock (a long transaction, a vacuum full...)
+    // another session holds a lock the claim must wait for (a vacuum full, a migration...). A row lock
+    // alone would not do: the claim only reads a live row held by another token, and answers at once.
     const locker = await server.pool.connect();
     await locker.query('begin');
-    await locker.query('select * from idempotency_keys where id = $1 for update', [recordId(undefined, 'op', key)]);
+    await locker.query('lock table idempotency_keys in access exclusive mode');
     try {
       let ran = false;
       await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({
@@ -152,6 +153,90 @@ describe('store failures on PostgreSQL', () => {
     } finally {
       await locker.query('rollback');
       locker.release();
+      await pool.end();
+    }
+  });
+});
+
+describe('a claim that finds a live row', () => {
+  it('writes nothing: it leaves the row as it was, and answers while another transaction holds the row', async () => {
+    const store = drizzleStore({ db: server.db });
+    await store.claim({ id: 'live-held', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.claim({ id: 'live-done', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.complete({
+      id: 'live-done',
+      fingerprint: 'fp',
+      token: 'holder',
+      state: 'completed',
+      body: 'kept',
+      ttl: 60_000,
+    });
+    // xmin and xmax change with any write or row lock (a locked row gets the locker's xid as xmax).
+    const versions = async () =>
+      (
+        await server.pool.query(
+          `select id, xmin::text, xmax::text, expires_at from idempotency_keys where id like 'live-%' order by id`,
+        )
+      ).rows;
+    const claims = () =>
+      Promise.all([
+        store.claim({ id: 'live-held', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+        store.claim({ id: 'live-done', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+      ]);
+    const expected = [
+      { state: 'in_progress', fingerprint: 'fp' },
+      { state: 'completed', fingerprint: 'fp', body: 'kept' },
+    ];
+
+    const before = await versions();
+    expect(await claims()).toMatchObject(expected);
+    expect(await versions()).toEqual(before);
+
+    const locker = await server.pool.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`select 1 from idempotency_keys where id like 'live-%' for update`);
+      const answered = await Promise.race([claims(), sleep(5_000).then(() => 'waited for the lock')]);
+      expect(answered).toMatchObject(expected);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+    }
+  });
+});
+
+describe('prepared statements (node-postgres)', () => {
+  it('are named, so parsed once per connection; a connection that lost them (DISCARD ALL, a pooler) goes on unnamed', async () => {
+    const pg = (await import('pg')).default;
+    const { withSearchPath, DATABASE_URL } = await import('./helpers/postgres.js');
+    const pool = new pg.Pool({ connectionString: withSearchPath(DATABASE_URL, server.schema), max: 1 });
+    try {
+      const store = drizzleStore({ db: drizzle(pool) });
+      const claim = (id: string) => store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+      const named = async () =>
+        (await pool.query(`select 1 from pg_prepared_statements where name like 'trpc_idempotency_%'`)).rowCount;
+
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' });
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' }); // the same token holds it again
+      expect(await named()).toBe(1);
+
+      // node-postgres still takes the statement for prepared on this connection: the server says
+      // it does not exist (26000) before running anything, and the store runs it again unnamed.
+      await pool.query('discard all');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'acquired' });
+      expect(
+        await store.complete({
+          id: 'prepared-2',
+          fingerprint: 'fp',
+          token: 't',
+          state: 'completed',
+          body: 'ok',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'completed', body: 'ok' });
+      expect(await named()).toBe(0);
+    } finally {
       await pool.end();
     }
   });

@@ -1,4 +1,4 @@
-import { type SQL, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { idempotentCall } from '../core/context.js';
 import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
@@ -110,14 +110,155 @@ const encodeBody = (body: string): string =>
 const decodeBody = (stored: string): string =>
   stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored;
 
-const ms = (value: number): SQL => sql`(${Math.ceil(value)}::float8 * interval '1 millisecond')`;
+/** Milliseconds as a parameter: whole, as the statements multiply it by `interval '1 millisecond'`. */
+const ms = (value: number): number => Math.ceil(value);
 
 // A claim that is neither taken nor finds a row has met a race whose winner
-// its snapshot cannot see (see claimQuery); it runs again this many times.
+// its snapshot cannot see (see CLAIM); it runs again this many times.
 const SNAPSHOT_ATTEMPTS = 5;
 // Serialization failures (REPEATABLE READ, SERIALIZABLE) are retried this many
 // times, with a short jittered pause, before the key counts as contended.
 const CONFLICT_ATTEMPTS = 10;
+
+/**
+ * One of the store's statements: its text is fixed, so it is built once and
+ * prepared once per Drizzle session (see `prepared` in drizzleStore); a call
+ * only passes the values, by name, in the order of `params` ($1, $2...).
+ */
+interface Statement<K extends string> {
+  /**
+   * The name of the server-side prepared statement, unique to this text;
+   * undefined for a statement parsed and planned at each call.
+   */
+  readonly name: string | undefined;
+  readonly text: string;
+  readonly params: readonly K[];
+}
+
+function statement<const K extends string>(params: readonly K[], text: string, named = true): Statement<K> {
+  // FNV-1a of the text: a changed statement never reuses the name of another on a connection.
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  return { name: named ? `trpc_idempotency_${(hash >>> 0).toString(36)}` : undefined, text, params };
+}
+
+/**
+ * The claim, in one statement. `live` reads the key's live row (not expired)
+ * in the statement's snapshot. `claimed` inserts the claim, or takes over a
+ * row that has expired (or is this token's own live claim), unless the
+ * deadline has passed; it does not even try when `live` shows a row it could
+ * not take (another token's claim, or an outcome), so a replay or an
+ * in-flight rejection writes nothing: no row lock, no WAL, no commit to wait
+ * for. The result, in one row: whether it was taken, the live row, and, when
+ * the row was free to take, the server's clock. In READ COMMITTED the read
+ * sees the statement's snapshot, so when a concurrent claim committed after
+ * it began (the INSERT waited for it and found it live) the row is invisible
+ * and nothing is found: the caller then runs it again.
+ *
+ * $1 id, $2 fingerprint, $3 token, $4 lockTtl (ms),
+ * $5 deadline (timestamptz text: ISO 8601, or 'infinity' for none).
+ */
+const CLAIM = statement(
+  ['id', 'fingerprint', 'token', 'lockTtl', 'deadline'],
+  `
+    with live as (
+      select state, fingerprint, token, body from idempotency_keys
+       where id = $1 and expires_at > statement_timestamp()
+    ), claimed as (
+      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+      select $1, 'in_progress', $2, $3, null, statement_timestamp() + ($4::float8 * interval '1 millisecond'), statement_timestamp()
+       where statement_timestamp() <= $5::timestamptz
+         and not exists (select from live where not (live.token = $3 and live.state = 'in_progress'))
+      on conflict (id) do update
+        set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
+            expires_at = excluded.expires_at, created_at = excluded.created_at
+        where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
+      returning 1
+    )
+    select exists (select from claimed) as acquired, live.state, live.fingerprint,
+           case when live.fingerprint = $2 then live.body end as body,
+           case when live.state is null or (live.token = $3 and live.state = 'in_progress')
+                then date_part('epoch', statement_timestamp()) * 1000 end as time
+      from (values (1)) as one (x) left join live on true`,
+);
+
+/**
+ * Stores the outcome if the token holds the claim, or if the row is absent
+ * or expired (purged, or expired with no one taking it over): no one else
+ * holds or ran it. Another live claim or outcome wins. The token stays on
+ * the row, so a completion sent twice by the same holder succeeds again.
+ *
+ * $1 id, $2 state ('completed' | 'failed'), $3 fingerprint, $4 token,
+ * $5 body (encoded, see encodeBody), $6 ttl (ms).
+ */
+const COMPLETE = statement(
+  ['id', 'state', 'fingerprint', 'token', 'body', 'ttl'],
+  `
+    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
+    values ($1, $2, $3, $4, $5, statement_timestamp() + ($6::float8 * interval '1 millisecond'), statement_timestamp())
+    on conflict (id) do update
+      set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
+          expires_at = excluded.expires_at
+      where k.token = $4 or k.expires_at <= statement_timestamp()
+    returning 1`,
+);
+
+/** The state of a live row, after a refused completion. $1 id. */
+const LIVE_STATE = statement(
+  ['id'],
+  `
+    select state from idempotency_keys where id = $1 and expires_at > statement_timestamp()`,
+);
+
+/** Deletes the token's live claim. $1 id, $2 token. */
+const RELEASE = statement(
+  ['id', 'token'],
+  `
+    delete from idempotency_keys
+     where id = $1 and token = $2 and state = 'in_progress' and expires_at > statement_timestamp()
+    returning 1`,
+);
+
+/** Renews the token's live claim. $1 id, $2 token, $3 lockTtl (ms). */
+const EXTEND = statement(
+  ['id', 'token', 'lockTtl'],
+  `
+    update idempotency_keys set expires_at = statement_timestamp() + ($3::float8 * interval '1 millisecond')
+     where id = $1 and token = $2 and state = 'in_progress' and expires_at > statement_timestamp()
+    returning 1`,
+);
+
+/**
+ * Deletes up to $1 expired rows. SKIP LOCKED: never wait for, nor block, a
+ * row someone is working on. $1 batch size. Not named: it runs seldom, and
+ * planned with its batch size it keeps to the index on expires_at.
+ */
+const PURGE = statement(
+  ['batchSize'],
+  `
+    with gone as (
+      delete from idempotency_keys
+       where id in (select id from idempotency_keys
+                     where expires_at <= statement_timestamp()
+                     order by expires_at limit $1
+                     for update skip locked)
+      returning 1)
+    select count(*)::int as n from gone`,
+  false,
+);
+
+/**
+ * SQLSTATE of a named prepared statement the server does not have (26000),
+ * or has already (42P05): a connection pooler in transaction mode (PgBouncer
+ * before 1.21...) moved the session's statements. Both fail before the
+ * statement runs, so it can run again, unnamed.
+ */
+function isPreparedStatementMiss(error: Error): boolean {
+  const code = (error.cause as { code?: unknown } | undefined)?.code;
+  return code === '26000' || code === '42P05';
+}
+
+type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown> };
 
 /**
  * A store on PostgreSQL through Drizzle. Each transition is one statement,
@@ -132,19 +273,59 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     db === undefined ||
     db === null ||
     typeof (db as AnyPgDatabase).execute !== 'function' ||
-    typeof (db as AnyPgDatabase).transaction !== 'function'
+    typeof (db as AnyPgDatabase).transaction !== 'function' ||
+    typeof (db as AnyPgDatabase)._?.session?.prepareQuery !== 'function'
   ) {
     throw new IdempotencyConfigError(
       'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).',
     );
   }
+
+  /**
+   * The statements are prepared with Drizzle's own prepared queries (as a
+   * query builder's `.prepare(name)` is): built once per session, so a call
+   * neither builds nor compiles SQL, and Drizzle's logger and tracing still
+   * see every statement. On `db` they are named: node-postgres then parses
+   * and plans each once per connection, not once per call (postgres-js
+   * prepares them unless its `prepare` option is off; PGlite ignores the
+   * name). If the server turns out not to keep them (a pooler in transaction
+   * mode), the store goes on unnamed. In a transaction they stay unnamed, as
+   * such a failure there would abort the caller's transaction.
+   */
+  let named = true;
+  let preparedBySession = new WeakMap<object, Map<Statement<string>, PreparedQuery>>();
+  const prepared = (executor: AnyPgDatabase, query: Statement<string>): PreparedQuery => {
+    const session = executor._.session;
+    let bySession = preparedBySession.get(session);
+    if (bySession === undefined) preparedBySession.set(session, (bySession = new Map()));
+    let found = bySession.get(query);
+    if (found === undefined) {
+      const params = query.params.map((name) => sql.placeholder(name));
+      const name = named && executor === db ? query.name : undefined;
+      found = session.prepareQuery({ sql: query.text, params }, undefined, name, false) as PreparedQuery;
+      bySession.set(query, found);
+    }
+    return found;
+  };
+
   /** One statement on `executor`; outside a transaction, a serialization failure runs it again. */
-  const run = async (executor: AnyPgDatabase, query: SQL, retryConflicts = executor === db) => {
+  const run = async <K extends string>(
+    executor: AnyPgDatabase,
+    query: Statement<K>,
+    values: Record<K, unknown>,
+    retryConflicts = executor === db,
+  ) => {
     for (let attempt = 1; ; attempt++) {
+      const wasNamed = named && executor === db;
       try {
-        return rowsOf(await executor.execute(query));
+        return rowsOf(await prepared(executor, query).execute(values));
       } catch (error) {
         const sanitized = sanitize(error);
+        if (wasNamed && isPreparedStatementMiss(sanitized)) {
+          named = false;
+          preparedBySession = new WeakMap();
+          continue;
+        }
         if (!isConflict(sanitized)) throw sanitized;
         // Inside a transaction the whole transaction failed: only its owner can run it again.
         if (!retryConflicts) throw sanitized;
@@ -154,63 +335,29 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     }
   };
 
-  /**
-   * One statement: insert the claim, or take over a row that has expired (or
-   * is this token's own live claim), unless the deadline has passed; then,
-   * in one row: whether it was taken, the live row it found, and, when the
-   * row was free to take, the server's clock. In READ COMMITTED the read
-   * sees the statement's snapshot, so when a concurrent claim committed after
-   * it began (the INSERT waited for it and found it live) the row is
-   * invisible and nothing is found: the caller then runs it again.
-   */
-  const claimQuery = ({ id, fingerprint, token, lockTtl, deadline }: ClaimInput) => sql`
-    with claimed as (
-      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-      select ${id}, 'in_progress', ${fingerprint}, ${token}, null, statement_timestamp() + ${ms(lockTtl)}, statement_timestamp()
-       where statement_timestamp() <= ${deadline === undefined ? 'infinity' : new Date(deadline).toISOString()}::timestamptz
-      on conflict (id) do update
-        set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
-            expires_at = excluded.expires_at, created_at = excluded.created_at
-        where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
-      returning 1
-    )
-    select exists (select 1 from claimed) as acquired, r.state, r.fingerprint,
-           case when r.fingerprint = ${fingerprint} then r.body end as body,
-           case when r.state is null or (r.token = ${token} and r.state = 'in_progress')
-                then date_part('epoch', statement_timestamp()) * 1000 end as time
-      from (values (1)) as one (x)
-      left join idempotency_keys r on r.id = ${id} and r.expires_at > statement_timestamp()`;
-
-  // Stores the outcome if the token holds the claim, or if the row is absent
-  // or expired (purged, or expired with no one taking it over): no one else
-  // holds or ran it. Another live claim or outcome wins. The token stays on
-  // the row, so a completion sent twice by the same holder succeeds again.
-  const completeQuery = ({ id, fingerprint, token, state, body, ttl }: CompleteInput) => sql`
-    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-    values (${id}, ${state}, ${fingerprint}, ${token}, ${encodeBody(body)}, statement_timestamp() + ${ms(ttl)}, statement_timestamp())
-    on conflict (id) do update
-      set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
-          expires_at = excluded.expires_at
-      where k.token = ${token} or k.expires_at <= statement_timestamp()
-    returning 1`;
-
   const complete = async (executor: AnyPgDatabase, input: CompleteInput): Promise<CompleteResult> => {
-    if ((await run(executor, completeQuery(input))).length === 1) return 'stored';
+    const { id, state, fingerprint, token, body, ttl } = input;
+    const values = { id, state, fingerprint, token, body: encodeBody(body), ttl: ms(ttl) };
+    if ((await run(executor, COMPLETE, values)).length === 1) return 'stored';
     // Refused (rare): say by what. A row committed after that statement began may be
     // invisible here; it can only be another claim's, so no row reads as held.
-    const [row] = await run(
-      executor,
-      sql`
-      select state from idempotency_keys where id = ${input.id} and expires_at > statement_timestamp()`,
-    );
+    const [row] = await run(executor, LIVE_STATE, { id });
     return row === undefined || row.state === 'in_progress' ? 'held' : 'finished';
   };
 
   return {
     name: 'postgresql',
     async claim(input: ClaimInput): Promise<ClaimResult> {
+      const { id, fingerprint, token, lockTtl, deadline } = input;
+      const values = {
+        id,
+        fingerprint,
+        token,
+        lockTtl: ms(lockTtl),
+        deadline: deadline === undefined ? 'infinity' : new Date(deadline).toISOString(),
+      };
       for (let attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
-        const [row] = await run(db, claimQuery(input));
+        const [row] = await run(db, CLAIM, values);
         if (row === undefined) throw new Error('drizzleStore: the claim statement returned no row.');
         const time = row.time === null || row.time === undefined ? undefined : Number(row.time);
         if (row.acquired === true) return { state: 'acquired', time: time! };
@@ -235,25 +382,11 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     complete: (input: CompleteInput) => complete(db, input),
 
     async release({ id, token }: FencedInput): Promise<boolean> {
-      const rows = await run(
-        db,
-        sql`
-        delete from idempotency_keys
-         where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
-        returning 1`,
-      );
-      return rows.length === 1;
+      return (await run(db, RELEASE, { id, token })).length === 1;
     },
 
     async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
-      const rows = await run(
-        db,
-        sql`
-        update idempotency_keys set expires_at = statement_timestamp() + ${ms(lockTtl)}
-         where id = ${id} and token = ${token} and state = 'in_progress' and expires_at > statement_timestamp()
-        returning 1`,
-      );
-      return rows.length === 1;
+      return (await run(db, EXTEND, { id, token, lockTtl: ms(lockTtl) })).length === 1;
     },
 
     transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T> {
@@ -286,19 +419,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       }
       let total = 0;
       for (let batch = 0; batch < maxBatches; batch++) {
-        // SKIP LOCKED: never wait for, nor block, a row someone is working on.
-        const [row] = await run(
-          db,
-          sql`
-          with gone as (
-            delete from idempotency_keys
-             where id in (select id from idempotency_keys
-                           where expires_at <= statement_timestamp()
-                           order by expires_at limit ${batchSize}
-                           for update skip locked)
-            returning 1)
-          select count(*)::int as n from gone`,
-        );
+        const [row] = await run(db, PURGE, { batchSize });
         const n = Number(row?.n ?? 0);
         total += n;
         if (n < batchSize) break;
