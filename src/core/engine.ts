@@ -1,3 +1,5 @@
+// Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
+import { performance } from 'node:perf_hooks';
 import { type Call, type EngineScope, newToken } from './call.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
 import { idempotentCall } from './context.js';

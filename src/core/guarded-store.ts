@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Call } from './call.js';
 import { IdempotencyError, storeFailure } from './errors.js';
 import type { IdempotencyEvent } from './events.js';

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import { describeError } from './events.js';
 import { type Timed, type TimerQueue, timerQueue } from './timing.js';

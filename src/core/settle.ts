@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import type { Settlement } from './classify.js';
 import { describeError } from './events.js';

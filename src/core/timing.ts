@@ -1,3 +1,5 @@
+// Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
+import { performance } from 'node:perf_hooks';
 /**
  * Something a {@link TimerQueue} calls back once its delay has passed. The
  * links are the entry's own fields, so queueing one allocates nothing.
