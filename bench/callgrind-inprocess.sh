@@ -2,14 +2,15 @@
 # Instructions per call of the in-process callers (bench/profile-inprocess.ts), counted by callgrind:
 # deterministic within a few percent (GC timing varies), unlike timings on a shared machine. Two runs
 # differing only in their number of calls; the difference over the extra calls is the cost of one call.
-# It runs a copy of the built dist/ (`npm run build` first), so a build meanwhile does not change it.
+# It runs a copy of the built dist/ (`npm run build` first; or DIST=another build), so a build meanwhile
+# does not change it.
 #   bash bench/callgrind-inprocess.sh [base|first|replay ...]    (LOW, HIGH, WARMUP: call counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir "$out/bench"
-cp -r dist "$out/dist"
+cp -r "${DIST:-dist}" "$out/dist"
 ln -s "$PWD/node_modules" "$out/node_modules"
 # Plain JavaScript, so that no loader thread runs under valgrind.
 node_modules/.bin/esbuild bench/profile-inprocess.ts --bundle --platform=node --format=esm \
