@@ -77,7 +77,7 @@ function printTop(file: string) {
   let total = 0;
   profile.samples.forEach((id, i) => {
     const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
-    const short = url.replace(/^.*\/node_modules\//, '').replace(/^.*\/wt-[^/]+\//, '');
+    const short = url.replace(/^.*\/node_modules\//, '').replace(/^file:\/\/.*?\/(dist|bench)\//, '$1/');
     const where = url === '' ? '' : `${short}:${lineNumber + 1}`;
     const name = `${functionName || '(anonymous)'} ${where}`.trim();
     const dt = profile.timeDeltas[i] ?? 0;
