@@ -1,7 +1,8 @@
 /**
  * The in-process cost of the middleware per call: the same mutation through a
- * server-side caller, without idempotency and with it (memory store, getKey,
- * a fresh key per call), measured with mitata, alternating A B A B.
+ * server-side caller, without idempotency and with it (memory store, getKey),
+ * measured with mitata, alternating A B C A B C: B a fresh key per call (a first
+ * execution), C one key completed beforehand (a replay).
  * Prints one JSON line. Run by run.ts in a process of its own.
  */
 import { initTRPC } from '@trpc/server';
@@ -32,14 +33,18 @@ const router = t.router({
 // One context per caller, its key changed before every call: both callers pay for the key.
 const baseCtx: Ctx = { key: '' };
 const idemCtx: Ctx = { key: '' };
+const replayCtx: Ctx = { key: 'replayed' };
 const base = t.createCallerFactory(router)(baseCtx);
 const idem = t.createCallerFactory(router)(idemCtx);
+const replay = t.createCallerFactory(router)(replayCtx);
 const input = { amount: 4200, currency: 'eur' };
 let n = 0;
+await replay.idempotent(input); // completes the key every replay below reuses
 
 const rounds = Number(process.argv[2] ?? 4);
 const baseline: number[] = [];
 const withIdem: number[] = [];
+const replayed: number[] = [];
 for (let round = 0; round < rounds; round++) {
   const a = await measure(
     async () => {
@@ -55,8 +60,16 @@ for (let round = 0; round < rounds; round++) {
     },
     { min_cpu_time: 300_000_000 },
   );
+  const c = await measure(
+    async () => {
+      replayCtx.key = 'replayed';
+      await replay.idempotent(input);
+    },
+    { min_cpu_time: 300_000_000 },
+  );
   baseline.push(a.p50 / 1000);
   withIdem.push(b.p50 / 1000);
+  replayed.push(c.p50 / 1000);
 }
 
 // The part every first execution and replay pays for whatever the store: the canonical form and SHA-256 of the input.
@@ -68,7 +81,9 @@ process.stdout.write(
     baseline_us: median(baseline),
     idempotent_us: median(withIdem),
     overhead_us_per_call: median(withIdem) - median(baseline),
+    replay_us: median(replayed),
+    replay_overhead_us_per_call: median(replayed) - median(baseline),
     fingerprint_us: fingerprintNs / 1000,
-    rounds: baseline.map((b, i) => ({ baseline_us: b, idempotent_us: withIdem[i] })),
+    rounds: baseline.map((b, i) => ({ baseline_us: b, idempotent_us: withIdem[i], replay_us: replayed[i] })),
   })}\n`,
 );

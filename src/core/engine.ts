@@ -1,3 +1,5 @@
+// Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
+import { performance } from 'node:perf_hooks';
 import { type Call, type EngineScope, newToken } from './call.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
 import { idempotentCall } from './context.js';
@@ -185,20 +187,26 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     const { keyHash } = call;
 
     // 1. Claim the key, or wait for its holder.
-    const checkStart = performance.now();
+    // Durations are for events only: no clock reads when nobody listens.
+    const checkStart = onEvent === undefined ? 0 : performance.now();
     let claimed: Answer;
     try {
       // Without waiting, a claim is one store call: no need for the waiting loop's frame.
       claimed = await (isWaitMode(policy) ? claimOrWait(scope, call, input.signal) : scope.store.claim(call, false));
     } catch (error) {
-      return storeFailed(call, { input, error, durationMs: performance.now() - checkStart });
+      return storeFailed(call, {
+        input,
+        error,
+        durationMs: onEvent === undefined ? 0 : performance.now() - checkStart,
+      });
     }
-    const durationMs = performance.now() - checkStart;
+    const durationMs = onEvent === undefined ? 0 : performance.now() - checkStart;
 
     // 2. Run it, replay it, or refuse.
     if (claimed.state === 'acquired') {
       if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
-      return runClaimed(scope, call, input);
+      // Awaited rather than returned: an async function that returns a promise adopts it in two more turns.
+      return await runClaimed(scope, call, input);
     }
     if (claimed.fingerprint !== call.fp) {
       emit({ result: 'mismatch', name, keyHash, durationMs });

@@ -36,7 +36,7 @@ export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<
 function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
   switch (typeof value) {
     case 'string':
-      return JSON.stringify(value);
+      return quote(value);
     case 'number':
       return `d${value}`;
     case 'boolean':
@@ -53,6 +53,19 @@ function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancest
         `The input contains a ${typeof value}, which cannot be fingerprinted. Send plain data (objects, arrays, strings, numbers).`,
       );
   }
+}
+
+/**
+ * JSON.stringify of a string, whose output it is: a string of printable ASCII
+ * other than `"` and `\\` is only wrapped in quotes, and this loop is much
+ * cheaper per character than the builtin's escaping one (Node 20).
+ */
+function quote(text: string): string {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return JSON.stringify(text);
+  }
+  return `"${text}"`;
 }
 
 function unsupported(what: string): IdempotencyError {
@@ -72,6 +85,19 @@ function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, a
   }
   if (ancestors.includes(value)) {
     throw new IdempotencyError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
+  }
+  // A plain object, the usual input: none of the checks below for other kinds can match it.
+  const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
+  if (
+    (proto === Object.prototype || proto === null) &&
+    !Array.isArray(value) &&
+    !ArrayBuffer.isView(value) &&
+    typeof (value as { toJSON?: unknown }).toJSON !== 'function'
+  ) {
+    ancestors.push(value);
+    const out = encodeFields(value, '{', exclude, ancestors);
+    ancestors.pop();
+    return out;
   }
   if (value instanceof Date) {
     const time = value.getTime();
@@ -117,31 +143,35 @@ function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, a
     }
     out = `F[${entries.sort().join(',')}]`;
   } else {
-    // Own enumerable keys only, read and never assigned: a key named
-    // `__proto__` is data here, not a prototype.
-    const keys = Object.keys(value).sort();
-    const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
+    let open = '{';
     if (proto !== Object.prototype && proto !== null) {
       // A class instance: its own fields are its data, unless it has none
       // (Blob, File, a stream): then two different ones would look alike.
       const kind = proto.constructor?.name || 'object';
-      if (keys.length === 0) throw unsupported(`a ${kind} (it has no fields to compare)`);
-      out = `C${JSON.stringify(kind)}{`;
-    } else {
-      out = '{';
+      if (Object.keys(value).length === 0) throw unsupported(`a ${kind} (it has no fields to compare)`);
+      open = `C${JSON.stringify(kind)}{`;
     }
-    let first = true;
-    for (const k of keys) {
-      if (exclude?.has(k)) continue;
-      const v = (value as Record<string, unknown>)[k];
-      // An undefined property is absent, as it is on the JSON wire.
-      if (v === undefined) continue;
-      if (!first) out += ',';
-      first = false;
-      out += `${JSON.stringify(k)}:${encode(v, exclude, ancestors)}`;
-    }
-    out += '}';
+    out = encodeFields(value, open, exclude, ancestors);
   }
   ancestors.pop();
   return out;
+}
+
+/** `open`, then the object's fields in key order, then `}`. */
+function encodeFields(value: object, open: string, exclude: ReadonlySet<string> | undefined, ancestors: object[]) {
+  // Own enumerable keys only, read and never assigned: a key named
+  // `__proto__` is data here, not a prototype.
+  const keys = Object.keys(value).sort();
+  let out = open;
+  let first = true;
+  for (const k of keys) {
+    if (exclude?.has(k)) continue;
+    const v = (value as Record<string, unknown>)[k];
+    // An undefined property is absent, as it is on the JSON wire.
+    if (v === undefined) continue;
+    if (!first) out += ',';
+    first = false;
+    out += `${quote(k)}:${encode(v, exclude, ancestors)}`;
+  }
+  return `${out}}`;
 }

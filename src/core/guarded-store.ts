@@ -1,8 +1,9 @@
+import { performance } from 'node:perf_hooks';
 import type { Call } from './call.js';
 import { IdempotencyError, storeFailure } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import type { ClaimResult, IdempotencyStore } from './store.js';
-import { engineTime, StoreClock } from './store-clock.js';
+import { StoreClock } from './store-clock.js';
 import { withTimeout } from './timing.js';
 
 /** A claim's answer the engine acts on: a late one is retried or thrown here. */
@@ -65,14 +66,15 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
     const { id, token, policy } = c;
     const timeout = policy.storeTimeout;
     for (let attempt = 1; ; attempt++) {
-      const sentAt = engineTime();
+      const sent = performance.now();
+      const sentAt = performance.timeOrigin + sent; // engineTime(), and the timeout's start
       const deadline = clock.deadline(sentAt, timeout);
       const pending = start(() =>
         store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }),
       );
       let result: ClaimResult;
       try {
-        result = await withTimeout(pending, timeout, () => timedOut('claim', timeout));
+        result = await withTimeout(pending, timeout, () => timedOut('claim', timeout), sent);
       } catch (error) {
         // A claim that lands after we gave up (a store without deadlines, or one
         // answered just in time) must not keep the key for lockTtl: give it back.

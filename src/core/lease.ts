@@ -1,87 +1,129 @@
-import { signalGetter } from './signal-getter.js';
+import { performance } from 'node:perf_hooks';
+import type { Call, EngineScope } from './call.js';
+import { describeError } from './events.js';
+import { type Timed, type TimerQueue, timerQueue } from './timing.js';
 
-export interface LeaseOptions {
-  lockTtl: number;
-  /** Stop renewing after this long (ms), as if the claim were lost. */
-  maxRunTime: number | undefined;
-  now: () => number;
-  /** Renews the claim; resolves false if the claim is no longer ours. */
-  extend: () => Promise<boolean>;
-  onError: (error: unknown) => void;
-  onLost: (reason: 'fenced' | 'unconfirmed' | 'max_run_time') => void;
-}
-
-export interface Lease {
-  /**
-   * Aborts when the claim is lost. It does not follow the caller's signal: a
-   * caller that went away (a timeout, a dropped connection) will retry, and
-   * the operation should finish so that the retry gets the replay.
-   */
-  readonly signal: AbortSignal;
-  stop(): void;
-  /** True once the claim was lost (and `onLost` called). */
-  wasLost(): boolean;
-}
+type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
 
 /**
  * Keeps a claim alive while its operation runs by renewing it every
  * `lockTtl / 3`, so a slow but alive operation is never run twice. If the store
  * says the claim is gone, or renewals fail until the claim must have expired,
  * the lease's signal aborts: someone else may now run the operation.
+ *
+ * One object per call, its renewals on the shared {@link TimerQueue} of its
+ * period: every call makes one and most stop it within microseconds, so it
+ * has no timer, closures or AbortController of its own until it needs them.
  */
-export function startLease(options: LeaseOptions): Lease {
-  const { lockTtl, maxRunTime, now, extend, onError, onLost } = options;
-  // Created when first read: most operations never look at their signal, and
-  // an AbortController costs several microseconds on every call.
-  let controller: AbortController | undefined;
-  let lostWith: Error | undefined;
-  const startedAt = now();
-  let confirmedAt = startedAt;
-  let inFlight = false;
-  let stopped = false;
-  const lose = (reason: 'fenced' | 'unconfirmed' | 'max_run_time') => {
-    if (stopped) return;
-    stop();
-    onLost(reason);
-    lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
-    controller?.abort(lostWith);
-  };
-  const timer = setInterval(
-    () => {
-      if (maxRunTime !== undefined && now() - startedAt >= maxRunTime) return lose('max_run_time');
-      if (inFlight) return;
-      inFlight = true;
-      const attemptAt = now();
-      extend().then(
-        (held) => {
-          inFlight = false;
-          if (held) confirmedAt = attemptAt;
-          else lose('fenced');
-        },
-        (error) => {
-          inFlight = false;
-          onError(error);
-          // Unconfirmed for a whole lockTtl: the claim has expired in the store.
-          if (now() - confirmedAt >= lockTtl) lose('unconfirmed');
-        },
-      );
-    },
-    Math.max(Math.floor(lockTtl / 3), 1),
-  );
-  timer.unref();
+export class Lease implements Timed {
+  due = 0;
+  prev: Timed | undefined = undefined;
+  next: Timed | undefined = undefined;
+  queue: TimerQueue | undefined = undefined;
+  /** When the operation started (performance.now() time), for events' durations. */
+  readonly started: number;
+  // Created when first read: most operations never look at their signal.
+  #controller: AbortController | undefined;
+  #lostWith: Error | undefined;
+  readonly #startedAt: number;
+  #confirmedAt: number;
+  #inFlight = false;
+  #stopped = false;
 
-  function stop() {
-    stopped = true;
-    clearInterval(timer);
+  constructor(
+    private readonly scope: EngineScope,
+    private readonly call: Call,
+  ) {
+    this.started = performance.now();
+    this.#startedAt = this.#confirmedAt = scope.now();
+    timerQueue(Math.max(Math.floor(call.policy.lockTtl / 3), 1)).add(this, this.started);
   }
 
-  return withLeaseSignal({ stop, wasLost: () => lostWith !== undefined }, () => {
-    if (controller === undefined) {
-      controller = new AbortController();
-      if (lostWith !== undefined) controller.abort(lostWith);
+  /**
+   * Aborts when the claim is lost. It does not follow the caller's signal: a
+   * caller that went away (a timeout, a dropped connection) will retry, and
+   * the operation should finish so that the retry gets the replay.
+   */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#lostWith !== undefined) this.#controller.abort(this.#lostWith);
     }
-    return controller.signal;
-  });
-}
+    return this.#controller.signal;
+  }
 
-const withLeaseSignal = signalGetter((makeSignal: () => AbortSignal) => makeSignal());
+  stop(): void {
+    this.#stopped = true;
+    this.queue?.remove(this);
+  }
+
+  /** True once the claim was lost (and reported). */
+  wasLost(): boolean {
+    return this.#lostWith !== undefined;
+  }
+
+  /** The claim was lost to another holder: reported once (a renewal may have reported it already). */
+  fenced(): void {
+    if (!this.wasLost()) this.#report('fenced');
+  }
+
+  /** A renewal is due (the queue calls it every period until stopped). */
+  fire(): void {
+    const { lockTtl, maxRunTime } = this.call.policy;
+    const { now } = this.scope;
+    this.queue = undefined;
+    timerQueue(Math.max(Math.floor(lockTtl / 3), 1)).add(this, performance.now());
+    if (maxRunTime !== undefined && now() - this.#startedAt >= maxRunTime) {
+      this.#lose('max_run_time');
+      return;
+    }
+    if (this.#inFlight) return;
+    this.#inFlight = true;
+    const attemptAt = now();
+    this.#extend().then(
+      (held) => {
+        this.#inFlight = false;
+        if (held) this.#confirmedAt = attemptAt;
+        else this.#lose('fenced');
+      },
+      (error: unknown) => {
+        this.#inFlight = false;
+        const { name, keyHash } = this.call;
+        this.scope.emit({
+          result: 'store_error',
+          name,
+          keyHash,
+          durationMs: 0,
+          operation: 'extend',
+          error: describeError(error),
+        });
+        // Unconfirmed for a whole lockTtl: the claim has expired in the store.
+        if (now() - this.#confirmedAt >= lockTtl) this.#lose('unconfirmed');
+      },
+    );
+  }
+
+  async #extend(): Promise<boolean> {
+    const { store, emit, observed } = this.scope;
+    const { id, token, policy, name, keyHash } = this.call;
+    const renewStart = observed ? performance.now() : 0;
+    const held = await store.call('extend', policy.storeTimeout, () =>
+      store.raw.extend({ id, token, lockTtl: policy.lockTtl }),
+    );
+    if (held && observed) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
+    return held;
+  }
+
+  #lose(reason: LostReason): void {
+    if (this.#stopped) return;
+    this.stop();
+    this.#report(reason);
+    this.#lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
+    this.#controller?.abort(this.#lostWith);
+  }
+
+  #report(reason: LostReason): void {
+    const { name, keyHash } = this.call;
+    this.scope.emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - this.started, reason });
+  }
+}

@@ -1,10 +1,10 @@
+import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import { classify, type Settlement } from './classify.js';
 import { claimedCall, runAsCall } from './context.js';
 import type { ExecuteInput, ExecuteResult } from './engine.js';
 import { inProgressError } from './errors.js';
-import { describeError } from './events.js';
-import { startLease } from './lease.js';
+import { Lease } from './lease.js';
 import { markerError } from './outcome.js';
 import { settle } from './settle.js';
 
@@ -15,38 +15,16 @@ import { settle } from './settle.js';
  * operation's own transaction.
  */
 export async function runClaimed<T>(scope: EngineScope, call: Call, input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
-  const { store, emit } = scope;
-  const { id, token, policy, name, keyHash } = call;
-  const started = performance.now();
-  const lease = startLease({
-    lockTtl: policy.lockTtl,
-    maxRunTime: policy.maxRunTime,
-    now: scope.now,
-    extend: async () => {
-      const renewStart = scope.observed ? performance.now() : 0;
-      const held = await store.call('extend', policy.storeTimeout, () =>
-        store.raw.extend({ id, token, lockTtl: policy.lockTtl }),
-      );
-      if (held && scope.observed)
-        emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
-      return held;
-    },
-    onError: (error) =>
-      emit({ result: 'store_error', name, keyHash, durationMs: 0, operation: 'extend', error: describeError(error) }),
-    onLost: (reason) => emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason }),
-  });
-  /** The claim was lost to another holder: reported once (the lease may have reported it already). */
-  const fenced = () => {
-    if (!lease.wasLost())
-      emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - started, reason: 'fenced' });
-  };
+  const { emit } = scope;
+  const { policy, name, keyHash } = call;
+  const lease = new Lease(scope, call);
 
   let outcome: ExecuteResult<T>;
   let settlement: Settlement | undefined;
   try {
     if (policy.transaction) {
-      const value = await runInTransaction(scope, call, { input, lease, fenced, settled: (s) => (settlement = s) });
-      emit({ result: 'completed', name, keyHash, durationMs: performance.now() - started, state: 'completed' });
+      const value = await runInTransaction(scope, call, { input, lease, settled: (s) => (settlement = s) });
+      emit({ result: 'completed', name, keyHash, durationMs: performance.now() - lease.started, state: 'completed' });
       return { ok: true, value, replayed: false };
     }
     const claimed = claimedCall(lease, undefined);
@@ -60,7 +38,7 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
   }
   // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
   settlement ??= classify(outcome, call.codec, policy);
-  await settle(scope, call, { settlement, started, fenced });
+  await settle(scope, call, settlement, lease);
   return outcome;
 }
 
@@ -75,8 +53,7 @@ async function runInTransaction<T>(
   call: Call,
   run: {
     input: ExecuteInput<T>;
-    lease: ReturnType<typeof startLease>;
-    fenced: () => void;
+    lease: Lease;
     settled: (settlement: Settlement) => void;
   },
 ): Promise<T> {
@@ -98,7 +75,7 @@ async function runInTransaction<T>(
       tx.complete({ id, fingerprint: call.fp, token, state: 'completed', body: settlement.body, ttl: policy.ttl }),
     );
     if (stored !== 'stored') {
-      run.fenced();
+      run.lease.fenced();
       run.settled({ kind: 'fenced' });
       throw inProgressError(
         scope.retryAfter,

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import type { Settlement } from './classify.js';
 import { describeError } from './events.js';
@@ -6,12 +7,11 @@ import type { CompleteResult } from './store.js';
 import { engineTime } from './store-clock.js';
 import { withTimeout } from './timing.js';
 
-/** What to settle, and what settling needs to know of the run: when it started, and how to report the claim lost. */
+/** What settling needs to know of the run (its lease): when it started, and how to report the claim lost. */
 export interface RunReport {
-  readonly settlement: Settlement;
   readonly started: number;
   /** Reports that another request holds the key now (once, whoever notices first). */
-  readonly fenced: () => void;
+  fenced(): void;
 }
 
 /**
@@ -19,11 +19,10 @@ export interface RunReport {
  * take in time is tried again in the background ({@link completeLater}); a
  * release that fails is left to expire after lockTtl.
  */
-export async function settle(scope: EngineScope, call: Call, run: RunReport): Promise<void> {
-  const { settlement } = run;
+export async function settle(scope: EngineScope, call: Call, settlement: Settlement, run: RunReport): Promise<void> {
   const { store, emit } = scope;
   const { id, fp, token, policy, name, keyHash } = call;
-  const settleStart = performance.now();
+  const settleStart = scope.observed ? performance.now() : 0; // for events only
   if (settlement.kind === 'fenced') return; // nothing to release: the claim is someone else's
   if (settlement.kind === 'release') {
     try {
@@ -51,19 +50,8 @@ export async function settle(scope: EngineScope, call: Call, run: RunReport): Pr
     return;
   }
   const { state, body, reason } = settlement;
-  const attempt = () => start(() => store.raw.complete({ id, fingerprint: fp, token, state, body, ttl: policy.ttl }));
-  const completed = (late: boolean) => {
-    if (!scope.observed) return;
-    const why = reason ?? (late ? 'completed_late' : undefined);
-    emit({
-      result: 'completed',
-      name,
-      keyHash,
-      durationMs: performance.now() - run.started,
-      state,
-      ...(why === undefined ? {} : { reason: why }),
-    });
-  };
+  const complete = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
+  const attempt = () => start(() => store.raw.complete(complete));
   let result: CompleteResult;
   try {
     result = await withTimeout(attempt(), policy.storeTimeout, () => store.timedOut('complete', policy.storeTimeout));
@@ -76,14 +64,34 @@ export async function settle(scope: EngineScope, call: Call, run: RunReport): Pr
       operation: 'complete',
       error: describeError(error),
     });
-    void completeLater(scope, call, { attempt, completed, fenced: run.fenced });
+    void completeLater(scope, call, { attempt, state, reason, run });
     return;
   }
-  if (result === 'stored') completed(false);
+  if (result === 'stored') reportCompleted(scope, call, { state, reason, run }, false);
   else if (result === 'finished') run.fenced();
   // Another claim is live: it may be one that reached the store after its
   // caller gave up, and is given back at once. Keep trying until lockTtl.
-  else void completeLater(scope, call, { attempt, completed, fenced: run.fenced });
+  else void completeLater(scope, call, { attempt, state, reason, run });
+}
+
+/** The `completed` event, when someone listens. */
+function reportCompleted(
+  scope: EngineScope,
+  call: Call,
+  completion: { state: 'completed' | 'failed'; reason: string | undefined; run: RunReport },
+  late: boolean,
+): void {
+  if (!scope.observed) return;
+  const { state, reason, run } = completion;
+  const why = reason ?? (late ? 'completed_late' : undefined);
+  scope.emit({
+    result: 'completed',
+    name: call.name,
+    keyHash: call.keyHash,
+    durationMs: performance.now() - run.started,
+    state,
+    ...(why === undefined ? {} : { reason: why }),
+  });
 }
 
 /**
@@ -97,9 +105,14 @@ export async function settle(scope: EngineScope, call: Call, run: RunReport): Pr
 async function completeLater(
   scope: EngineScope,
   call: Call,
-  opts: { attempt: () => Promise<CompleteResult>; completed: (late: boolean) => void; fenced: () => void },
+  opts: {
+    attempt: () => Promise<CompleteResult>;
+    state: 'completed' | 'failed';
+    reason: string | undefined;
+    run: RunReport;
+  },
 ): Promise<void> {
-  const { attempt, completed, fenced } = opts;
+  const { attempt, state, reason, run } = opts;
   const { policy, name, keyHash } = call;
   const deadline = engineTime() + policy.lockTtl;
   const inFlight = new Set<Promise<CompleteResult>>();
@@ -108,8 +121,8 @@ async function completeLater(
   const finish = (result: CompleteResult) => {
     if (done) return;
     done = true;
-    if (result === 'stored') completed(true);
-    else fenced();
+    if (result === 'stored') reportCompleted(scope, call, { state, reason, run }, true);
+    else run.fenced();
   };
   for (let delay = 100; !done; delay = Math.min(delay * 2, 2_000)) {
     const remaining = deadline - engineTime();

@@ -1,3 +1,5 @@
+import { performance } from 'node:perf_hooks';
+
 /**
  * The store's clock, as seen from the engine: how to write "the engine gives
  * up on this claim at T" in the store's own time, so that a claim the store

@@ -177,7 +177,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       if (rec !== undefined && rec.state !== 'in_progress') return 'stored';
       if (rec === undefined) makeRoom();
       records.delete(id);
-      records.set(id, { state, fingerprint, token, body, expiresAt: t + ttl });
+      // The claim's own record, updated rather than replaced: one object less for the GC to move.
+      const done = rec ?? { state, fingerprint, token, body, expiresAt: t + ttl };
+      done.state = state;
+      done.fingerprint = fingerprint;
+      done.body = body;
+      done.expiresAt = t + ttl;
+      records.set(id, done);
       expiring(t + ttl);
       notify(id);
       return 'stored';

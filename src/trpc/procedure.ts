@@ -173,7 +173,9 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
 
       let raw: unknown;
       if (getKey !== undefined) {
-        raw = await getKey({ ctx, path: procedurePath, batchIndex, input });
+        raw = getKey({ ctx, path: procedurePath, batchIndex, input });
+        // Awaited only when it is a promise: an await of a plain value still costs a turn of the microtask queue.
+        if (isThenable(raw)) raw = await raw;
         if (raw !== undefined && raw !== null && typeof raw !== 'string') {
           // String() would make one key of every object ("[object Object]"): shared by every caller.
           throw misconfigured(
@@ -225,8 +227,12 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         throw isIdempotencyError(error) ? toTRPCError(error) : error;
       }
 
-      const scopeValue =
-        scope === undefined ? undefined : checkScope(await scope({ ctx, path: procedurePath }), procedurePath);
+      let scopeValue: string | undefined;
+      if (scope !== undefined) {
+        let given: unknown = scope({ ctx, path: procedurePath });
+        if (isThenable(given)) given = await given;
+        scopeValue = checkScope(given, procedurePath);
+      }
 
       let result: ExecuteResult<unknown>;
       try {
@@ -238,13 +244,18 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           policy,
           codec,
           signal,
-          run: async (call) => {
+          run: (call) => {
+            // What a middleware would have seen: tRPC's error for what the resolver threw. Not an async
+            // function, whose await of the resolver's value would cost one more turn of the microtask queue.
+            let value: unknown;
             try {
-              return await resolver(isClaimedCall(call) ? withClaimSignal(opts, call) : opts);
+              value = resolver(isClaimedCall(call) ? withClaimSignal(opts, call) : opts);
             } catch (error) {
-              // What a middleware would have seen: tRPC's error for what the resolver threw.
-              throw getTRPCErrorFromUnknown(error);
+              return Promise.reject(getTRPCErrorFromUnknown(error));
             }
+            return isThenable(value)
+              ? Promise.resolve(value).then(undefined, rethrowAsTRPCError)
+              : Promise.resolve(value);
           },
         });
       } catch (error) {
@@ -488,6 +499,14 @@ const withCallSignal = signalGetter((call: { readonly signal: AbortSignal }) => 
 function withClaimSignal(opts: Record<string | symbol, unknown>, call: { readonly signal: AbortSignal }): unknown {
   const { signal: _, ...rest } = opts;
   return withCallSignal(rest, call);
+}
+
+function rethrowAsTRPCError(error: unknown): never {
+  throw getTRPCErrorFromUnknown(error);
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function';
 }
 
 function isBuilder(value: unknown): value is AnyBuilder {
