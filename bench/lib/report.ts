@@ -143,7 +143,13 @@ export interface Results {
   record_body_bytes: number;
   peer_redis_bytes_per_record: Record<string, number>;
   overhead_us_per_call: number;
-  overhead: { baseline_us: number; idempotent_us: number; fingerprint_us: number };
+  overhead: {
+    baseline_us: number;
+    idempotent_us: number;
+    fingerprint_us: number;
+    replay_us?: number;
+    replay_overhead_us_per_call?: number;
+  };
   growth: { redis: Growth & { keys_in_redis: number }; postgres: Growth };
   purge: { rows: number; deleted: number; seconds: number; batch_size: number; rows_per_second: number };
   duration_s: number;
@@ -367,7 +373,11 @@ Records left by the HTTP runs (\`MEMORY USAGE\`, sampled): ${Object.entries(resu
     .join(', ')} bytes.
 
 In-process cost of the middleware (mitata, server-side caller, memory store, \`getKey\`, a fresh key per call):
-**${results.overhead_us_per_call} µs per call** (${results.overhead.baseline_us.toFixed(1)} µs without, ${results.overhead.idempotent_us.toFixed(1)} µs with; medians).
+**${results.overhead_us_per_call} µs per call** (${results.overhead.baseline_us.toFixed(1)} µs without, ${results.overhead.idempotent_us.toFixed(1)} µs with; medians)${
+    results.overhead.replay_overhead_us_per_call === undefined
+      ? ''
+      : `; a replay (the same key every call) ${results.overhead.replay_overhead_us_per_call.toFixed(1)} µs over the baseline`
+  }.
 
 ## Growth
 
