@@ -43,12 +43,13 @@ const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 1_000;
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 /**
- * BENCH_PIN (on unless 0, with taskset and 2 cores or more): the server under test runs alone on CPU 0,
- * the load generator and the bench's Redis servers on the others. Unpinned, the three share both cores
- * and the scheduler, not the server's work, sets part of the throughput: a server that does less
- * (no I/O at all) measured slower than one doing more.
+ * BENCH_PIN=1 (with taskset and 2 cores or more): the server under test alone on CPU 0, the load
+ * generator and the bench's Redis servers on the others. Off by default: on the 2-core machine of the
+ * record, a server confined to one core spent 466 to 2,748 µs of CPU per request with the no-I/O
+ * handler from one round to the next (about 250 unpinned), far more than its work: the process's
+ * other threads (V8's garbage-collection helpers among them) then compete for that one core.
  */
-const PIN = process.env.BENCH_PIN !== '0' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
+const PIN = process.env.BENCH_PIN === '1' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
 const OTHER_CPUS = `1-${cpus().length - 1}`;
 function pin(pid: number, cpuList: string) {
   if (PIN) execFileSync('taskset', ['-a', '-p', '-c', cpuList, String(pid)], { stdio: 'ignore' });
@@ -519,7 +520,7 @@ async function main() {
       load: 'autocannon 9 in a separate process, loopback',
       pinned: PIN
         ? `the server under test on CPU 0; the load generator and the bench's Redis servers on CPUs ${OTHER_CPUS}; PostgreSQL unpinned`
-        : 'no (BENCH_PIN=0, or no taskset)',
+        : 'no (BENCH_PIN=1 pins them)',
     },
     load_average: {
       before: loadBefore,
