@@ -333,7 +333,7 @@ async function main() {
     }
   }
 
-  // Latency at a fixed rate: half of the baseline's peak, open loop, A B A B as above.
+  // Latency at a fixed rate: half of the lower peak of each variant and its baseline, open loop, A B A B as above.
   const peakOf = (baseline: string) => median(runs.filter((r) => r.name === baseline).map((r) => r.rps));
   const rateOf = {
     baseline: Math.round(peakOf('baseline') / 2),
@@ -352,7 +352,8 @@ async function main() {
   for (let round = 1; round <= ROUNDS; round++) {
     let before: { name: string; result: LoadResult } | undefined;
     for (const step of plan) {
-      const rate = rateOf[step.baseline as keyof typeof rateOf];
+      // Half the peak of the slower of the pair: a rate both sustain, so neither measures its queue.
+      const rate = Math.min(rateOf[step.baseline as keyof typeof rateOf], Math.round(peakOf(step.name) / 2));
       if (before?.name !== step.baseline) {
         before = {
           name: step.baseline,
@@ -483,7 +484,7 @@ async function main() {
     const base99 = median(mine.map((p) => (p.before.p99_ms + p.after.p99_ms) / 2));
     return {
       name: step.name,
-      rate: rateOf[step.baseline as keyof typeof rateOf],
+      rate: Math.min(rateOf[step.baseline as keyof typeof rateOf], Math.round(peakOf(step.name) / 2)),
       p50_us: us(median(mine.map((p) => p.variant.p50_ms))),
       p99_us: us(median(mine.map((p) => p.variant.p99_ms))),
       baseline_p50_us: us(base50),

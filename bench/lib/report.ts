@@ -341,7 +341,7 @@ ${targetsTable(results)}
 
 ## Latency at a fixed rate
 
-Each variant and its baseline at half of the baseline's peak throughput (${results.latency[0]?.rate ?? 0} req/s for tRPC), open loop
+Each variant and its baseline at one rate, half the lower of their two peak throughputs (so that both sustain it), open loop
 (requests leave on schedule whether or not earlier ones have answered), timed to the microsecond by the load process, A B A B
 over ${results.settings.rounds} rounds; *added* is the variant's percentile minus its baselines', median over the rounds: what
 an application that is not saturated feels per request.
