@@ -5,39 +5,17 @@
  * execution), C one key completed beforehand (a replay).
  * Prints one JSON line. Run by run.ts in a process of its own.
  */
-import { initTRPC } from '@trpc/server';
 import { measure } from 'mitata';
 import { fingerprint } from '../dist/core.js';
-import { memoryStore, withIdempotency } from '../dist/index.js';
-import { type PayInput, parsePayInput } from './lib/app.js';
-
-interface Ctx {
-  key: string;
-}
-
-const t = initTRPC.context<Ctx>().create();
-const idempotent = withIdempotency(t.procedure, { store: memoryStore(), getKey: ({ ctx }) => ctx.key });
-const resolve = ({ input }: { input: PayInput }) => ({
-  id: 'pay_1234567',
-  amount: input.amount,
-  currency: input.currency,
-  status: 'succeeded',
-  created: 1_700_001_234_567,
-  description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
-});
-const router = t.router({
-  plain: t.procedure.input(parsePayInput).mutation(resolve),
-  idempotent: idempotent.input(parsePayInput).mutation(resolve),
-});
+import { type InProcessCtx as Ctx, callerFor, INPUT as input } from './lib/inprocess.js';
 
 // One context per caller, its key changed before every call: both callers pay for the key.
 const baseCtx: Ctx = { key: '' };
 const idemCtx: Ctx = { key: '' };
 const replayCtx: Ctx = { key: 'replayed' };
-const base = t.createCallerFactory(router)(baseCtx);
-const idem = t.createCallerFactory(router)(idemCtx);
-const replay = t.createCallerFactory(router)(replayCtx);
-const input = { amount: 4200, currency: 'eur' };
+const base = callerFor(baseCtx);
+const idem = callerFor(idemCtx);
+const replay = callerFor(replayCtx);
 let n = 0;
 await replay.idempotent(input); // completes the key every replay below reuses
 

@@ -8,9 +8,7 @@
  * With `valgrind --tool=callgrind`, two call counts give instructions per call by difference.
  */
 import { readFileSync } from 'node:fs';
-import { initTRPC } from '@trpc/server';
-import { memoryStore, withIdempotency } from '../dist/index.js';
-import { type PayInput, parsePayInput } from './lib/app.js';
+import { callerFor, INPUT, type InProcessCtx } from './lib/inprocess.js';
 
 const [mode = 'first', arg = '200000', warmup = '20000'] = process.argv.slice(2);
 
@@ -21,26 +19,9 @@ if (mode === 'top') {
 }
 
 async function loop(variant: string, calls: number, warm: number) {
-  interface Ctx {
-    key: string;
-  }
-  const t = initTRPC.context<Ctx>().create();
-  const idempotent = withIdempotency(t.procedure, { store: memoryStore(), getKey: ({ ctx }) => ctx.key });
-  const resolve = ({ input }: { input: PayInput }) => ({
-    id: 'pay_1234567',
-    amount: input.amount,
-    currency: input.currency,
-    status: 'succeeded',
-    created: 1_700_001_234_567,
-    description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
-  });
-  const router = t.router({
-    plain: t.procedure.input(parsePayInput).mutation(resolve),
-    idempotent: idempotent.input(parsePayInput).mutation(resolve),
-  });
-  const ctx: Ctx = { key: 'replayed' };
-  const caller = t.createCallerFactory(router)(ctx);
-  const input = { amount: 4200, currency: 'eur' };
+  const ctx: InProcessCtx = { key: 'replayed' };
+  const caller = callerFor(ctx);
+  const input = INPUT;
   await caller.idempotent(input);
   let started = performance.now();
   for (let n = -warm; n < calls; n++) {
