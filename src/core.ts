@@ -23,6 +23,7 @@ export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from './core/fingerp
 export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
 export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';
+export { deriveStepKey, type IdempotencySteps } from './core/steps.js';
 // For store authors: the contract, the record id and the fingerprint a store keeps.
 export type {
   ClaimAnswer,
@@ -33,7 +34,11 @@ export type {
   ExtendInput,
   FencedInput,
   IdempotencyStore,
+  RecordedStep,
+  RecordedSteps,
   RecordState,
+  SaveStepInput,
+  SaveStepResult,
   StoreTransaction,
 } from './core/store.js';
 export { createIdempotencyEngine } from './engine.js';

@@ -4,5 +4,5 @@ export type { DrizzleStore, DrizzleStoreOptions, PurgeOptions, TransactionOf } f
 export { drizzleStore } from './stores/drizzle.js';
 export type { MigrateIdempotencyKeysOptions, MigrateIdempotencyKeysResult } from './stores/drizzle-migrate.js';
 export { migrateIdempotencyKeys } from './stores/drizzle-migrate.js';
-export type { IdempotencyKeyRow } from './stores/drizzle-schema.js';
-export { idempotencyKeys } from './stores/drizzle-schema.js';
+export type { IdempotencyKeyRow, IdempotencyStepRow } from './stores/drizzle-schema.js';
+export { idempotencyKeys, idempotencySteps } from './stores/drizzle-schema.js';

@@ -7,6 +7,7 @@ export type { IdempotencyErrorReason } from './core/errors.js';
 export { IdempotencyConfigError, IdempotencyError, retryable } from './core/errors.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, StoreErrorPolicy } from './core/policy.js';
+export type { IdempotencySteps } from './core/steps.js';
 export type { IdempotencyStore } from './core/store.js';
 export { createIdempotencyEngine } from './engine.js';
 export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
@@ -18,4 +19,4 @@ export type {
   IdempotencyProcedureOptions,
   WithIdempotencyOptions,
 } from './trpc/procedure.js';
-export { withIdempotency } from './trpc/procedure.js';
+export { steps, withIdempotency } from './trpc/procedure.js';

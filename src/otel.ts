@@ -75,6 +75,7 @@ const REASON = 'idempotency.reason';
 const KEY_HASH = 'idempotency.key.hash';
 const RECORD_STATE = 'idempotency.record.state';
 const REPLAY_BODY_SIZE = 'idempotency.replay.body.size';
+const STEP = 'idempotency.step';
 const ERROR_TYPE = 'error.type';
 
 interface Instruments {
@@ -86,6 +87,7 @@ interface Instruments {
   leaseRenewed: Counter;
   replayBytes: Counter;
   evictions: Counter;
+  steps: Counter;
 }
 
 /**
@@ -231,6 +233,12 @@ function createInstruments(provider: MeterProvider): Instruments {
       unit: 'By',
       valueType: ValueType.INT,
     }),
+    steps: meter.createCounter('idempotency.steps', {
+      description:
+        'Steps of protected operations, by outcome: ran (and recorded), resumed (a retry reused the recorded result), unprotected (run while failing open).',
+      unit: '{step}',
+      valueType: ValueType.INT,
+    }),
     evictions: meter.createCounter('idempotency.store.evictions', {
       description:
         'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
@@ -273,6 +281,14 @@ function recordMetrics(
       break;
     case 'evicted':
       m.evictions.add(1, { [PROCEDURE]: event.name, [STORE]: store });
+      break;
+    case 'step':
+      m.steps.add(1, {
+        [PROCEDURE]: event.name,
+        [STORE]: store,
+        [STEP]: event.step ?? 'unknown',
+        [REASON]: event.reason ?? 'unknown',
+      });
       break;
   }
 }

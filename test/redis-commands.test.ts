@@ -55,11 +55,27 @@ describe('Redis commands per request', () => {
     await holder;
 
     expect(first.sent).toBe(2);
-    // TIME: a claim that takes the record checks its deadline by Redis's clock
-    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hdel: 1 });
+    // TIME: a claim that takes the record checks its deadline by Redis's clock;
+    // HGETALL: it reads the steps recorded under the key, inside the same script
+    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hdel: 1, hgetall: 1 });
     expect(replay.sent).toBe(1);
     expect(replay.all).toEqual({ evalsha: 1, hmget: 1 });
     expect(rejection.sent).toBe(1);
     expect(rejection.all).toMatchObject({ evalsha: 1, hmget: 1 });
+  });
+
+  it('a step costs one script call; an operation that uses none costs nothing more', async () => {
+    const engine = createIdempotencyEngine({ store: redisStore({ client }) });
+    await engine.run({ key: 'warm-up-steps', name: 'pay', payload: {} }, ({ step }) => step('a', () => 0));
+    const twoSteps = await measure(() =>
+      engine.run({ key: randomUUID(), name: 'pay', payload: {} }, async ({ step }) => {
+        await step('reserve', () => 1);
+        await step('charge', () => 2);
+        return 3;
+      }),
+    );
+    // claim, two steps, complete (which deletes the steps)
+    expect(twoSteps.sent).toBe(4);
+    expect(twoSteps.all.del).toBe(1);
   });
 });

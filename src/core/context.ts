@@ -1,12 +1,16 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Call, EngineScope } from './call.js';
+import { IdempotencyError } from './errors.js';
 import { signalGetter } from './signal-getter.js';
+import { checkStepName, deriveStepKey, type IdempotencySteps, StepLog } from './steps.js';
+import type { RecordedStep } from './store.js';
 
 /** What a protected operation can reach from anywhere in its call. */
-export interface IdempotentCall {
+export interface IdempotentCall extends IdempotencySteps {
   /** Aborts when the claim is lost. */
-  signal: AbortSignal;
+  readonly signal: AbortSignal;
   /** The store's transaction in transactional mode. */
-  transaction: unknown;
+  readonly transaction: unknown;
 }
 
 // One instance per process, even if two copies of this package are loaded:
@@ -26,18 +30,68 @@ export const idempotentCall: AsyncLocalStorage<IdempotentCall> = (registry[key] 
 // collection that every call enters slows down each young-generation GC.
 const claimedBrand = Symbol.for('trpc-idempotency.claimed');
 
+type LeaseLike = { readonly signal: AbortSignal; wasLost(): boolean; fenced(): void };
+
+const withSourceSignal = signalGetter((source: LeaseLike) => source.signal);
+
 /**
  * The call of an operation that runs under a claim. Its signal is read through
- * from `source` (the lease), which makes one only for an operation that looks.
+ * from the lease, which makes one only for an operation that looks; its step
+ * log is made only for an operation that uses steps (or finds some recorded).
  */
-export function claimedCall(source: { readonly signal: AbortSignal }, transaction: unknown): IdempotentCall {
-  return withSourceSignal({ [claimedBrand]: true, transaction }, source);
+export class ClaimedCall implements IdempotentCall {
+  declare readonly signal: AbortSignal;
+  readonly [claimedBrand] = true;
+  #log: StepLog | undefined;
+
+  constructor(
+    private readonly scope: EngineScope,
+    private readonly call: Call,
+    private readonly lease: LeaseLike,
+    readonly transaction: unknown,
+    recorded: readonly RecordedStep[] | undefined,
+  ) {
+    withSourceSignal(this, lease);
+    if (recorded !== undefined) this.#log = new StepLog(scope, call, lease, recorded);
+  }
+
+  // Getters that return bound functions: an operation destructures them (`async ({ step }) => ...`),
+  // and only an operation that does pays for the closure.
+  get step(): IdempotencySteps['step'] {
+    return (name, fn) => this.#step(name, fn);
+  }
+
+  get stepKey(): IdempotencySteps['stepKey'] {
+    return (name) => {
+      checkStepName(name);
+      return deriveStepKey(this.call.id, name);
+    };
+  }
+
+  #step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
+    if (this.#log === undefined) {
+      if (this.scope.store.raw.saveStep === undefined) {
+        return Promise.reject(
+          new IdempotencyError(
+            'step_misuse',
+            `step(${JSON.stringify(name)}): this store (${this.scope.store.raw.name ?? 'custom'}) cannot record steps. ` +
+              'Use memoryStore(), redisStore() or drizzleStore(), or a store that implements saveStep.',
+          ),
+        );
+      }
+      this.#log = new StepLog(this.scope, this.call, this.lease, undefined);
+    }
+    return this.#log.step(name, fn);
+  }
+
+  /** The step log, if the call used steps or found some recorded. */
+  get steps(): StepLog | undefined {
+    return this.#log;
+  }
 }
 
-const withSourceSignal = signalGetter((source: { readonly signal: AbortSignal }) => source.signal);
-
-/** True for a call made by {@link claimedCall}, not one the engine runs unprotected. */
-export function isClaimedCall(call: object): boolean {
+/** True for a {@link ClaimedCall}, not a call the engine runs unprotected. */
+export function isClaimedCall(call: object): call is ClaimedCall {
   return (call as Record<symbol, unknown>)[claimedBrand] === true;
 }
 

@@ -17,6 +17,7 @@ import { nameOfRecordId, recordId } from './key.js';
 import { markerError, markerOf } from './outcome.js';
 import { type IdempotencyPolicyOptions, type ResolvedPolicy, resolvePolicy, timerMs } from './policy.js';
 import { runClaimed } from './run-claimed.js';
+import { type IdempotencySteps, UnrecordedSteps } from './steps.js';
 import type { IdempotencyStore } from './store.js';
 import { claimOrWait } from './wait.js';
 
@@ -60,8 +61,8 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
   now?: () => number;
 }
 
-/** What the operation receives. */
-export interface RunOptions {
+/** What the operation receives: its signal, its transaction, and its steps (see {@link IdempotencySteps}). */
+export interface RunOptions extends IdempotencySteps {
   /**
    * Aborts when the claim is lost (the operation may then run elsewhere). It does not follow the
    * caller's signal: a caller that gives up will retry, and the operation should finish so the retry
@@ -204,9 +205,11 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
 
     // 2. Run it, replay it, or refuse.
     if (claimed.state === 'acquired') {
+      const recorded = claimed.steps;
+      if (recorded !== undefined && recorded.fingerprint !== call.fp) return stepsOfAnotherPayload(call, durationMs);
       if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
       // Awaited rather than returned: an async function that returns a promise adopts it in two more turns.
-      return await runClaimed(scope, call, input);
+      return await runClaimed(scope, call, input, recorded?.steps);
     }
     if (claimed.fingerprint !== call.fp) {
       emit({ result: 'mismatch', name, keyHash, durationMs });
@@ -220,6 +223,27 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
       throw inProgressError(retryAfter);
     }
     return replay(call, claimed, durationMs);
+  }
+
+  /**
+   * The claim took a record whose steps were recorded by a request with
+   * another payload (its claim expired or was released): the key is given
+   * back with those steps, for that request's retry to resume, and this one is refused.
+   */
+  async function stepsOfAnotherPayload(call: Call, durationMs: number): Promise<never> {
+    const { id, token, name, keyHash, policy } = call;
+    try {
+      await scope.store.call('release', policy.storeTimeout, () => store.release({ id, token }));
+    } catch (error) {
+      // It expires after lockTtl; until then its own retry meets 409.
+      emit({ result: 'store_error', name, keyHash, durationMs, operation: 'release', error: describeError(error) });
+    }
+    emit({ result: 'mismatch', name, keyHash, durationMs });
+    throw new IdempotencyError(
+      'payload_mismatch',
+      'This idempotency key was already used with a different payload, whose operation stopped after some of its steps. ' +
+        'Use a new key for a new operation; the first payload, retried with this key, resumes after its completed steps.',
+    );
   }
 
   /** The stored outcome, as the first run returned it (or the error saying it cannot be replayed). */
@@ -263,8 +287,11 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     if (kind === 'unavailable' && policy.onStoreError === 'fail-open') {
       emit({ result: 'unprotected', name, keyHash, durationMs, reason: 'store_error' });
       try {
-        const signal = input.signal ?? new AbortController().signal;
-        return { ok: true, value: await idempotentCall.exit(() => input.run({ signal })), replayed: false };
+        const unprotected = unprotectedCall(
+          input.signal ?? new AbortController().signal,
+          new UnrecordedSteps(scope, call),
+        );
+        return { ok: true, value: await idempotentCall.exit(() => input.run(unprotected)), replayed: false };
       } catch (runError) {
         return { ok: false, error: runError, replayed: false };
       }
@@ -298,6 +325,16 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     emit: (event) => {
       if (onEvent !== undefined) emit({ ...event });
     },
+  };
+}
+
+/** What an operation run without protection receives: the caller's signal, and steps that are not recorded. */
+function unprotectedCall(signal: AbortSignal, steps: UnrecordedSteps): RunOptions {
+  return {
+    signal,
+    transaction: undefined,
+    step: (name, fn) => steps.step(name, fn),
+    stepKey: (name) => steps.stepKey(name),
   };
 }
 

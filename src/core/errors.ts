@@ -27,7 +27,13 @@ export type IdempotencyErrorReason =
   /** The input cannot be fingerprinted (too deep, cyclic, unsupported value). */
   | 'input_unsupported'
   /** The operation ran but its result could not be stored; it will not run again for this key. */
-  | 'outcome_unreplayable';
+  | 'outcome_unreplayable'
+  /** A retry reached other steps than those recorded for its key (renamed, reordered or skipped). */
+  | 'step_mismatch'
+  /** A step completed but its result could not be recorded (not serializable, too large, store failure). */
+  | 'step_unrecorded'
+  /** `step()` was used wrongly: no name, two steps at once, a name used twice, a store without steps. */
+  | 'step_misuse';
 
 /**
  * How every `in_progress` message begins. The client link recognises the

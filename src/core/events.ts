@@ -25,7 +25,9 @@ export type IdempotencyEventResult =
   /** The operation ran without protection: fail-open, or no key and not required. */
   | 'unprotected'
   /** The request was refused before reaching the store: key missing or invalid. */
-  | 'rejected';
+  | 'rejected'
+  /** A step of the operation finished: `reason` is `ran`, `resumed` (its recorded result was reused) or `unprotected` (run while failing open, not recorded); `step` names it. */
+  | 'step';
 
 /**
  * One structured event. It never carries the raw key, the scope or the
@@ -58,7 +60,9 @@ export interface IdempotencyEvent {
   /** For `replayed`: the size of the stored outcome sent back, in UTF-8 bytes (0 for an unreplayable one). */
   bytes?: number;
   /** For `store_error`: which store call failed. */
-  operation?: 'claim' | 'complete' | 'release' | 'extend' | 'subscribe';
+  operation?: 'claim' | 'complete' | 'release' | 'extend' | 'subscribe' | 'save_step';
+  /** For `step`: the step's name. */
+  step?: string;
   /** For `store_error`: the error's name and message (never its command arguments). */
   error?: { name: string; message: string };
 }

@@ -1,12 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import { classify, type Settlement } from './classify.js';
-import { claimedCall, runAsCall } from './context.js';
+import { ClaimedCall, runAsCall } from './context.js';
 import type { ExecuteInput, ExecuteResult } from './engine.js';
 import { inProgressError } from './errors.js';
 import { Lease } from './lease.js';
 import { markerError } from './outcome.js';
 import { settle } from './settle.js';
+import type { RecordedStep } from './store.js';
 
 /**
  * Runs the operation under the claim, renewing the claim while it runs, then
@@ -14,23 +15,38 @@ import { settle } from './settle.js';
  * {@link settle} does it). In transactional mode the outcome is stored in the
  * operation's own transaction.
  */
-export async function runClaimed<T>(scope: EngineScope, call: Call, input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
+export async function runClaimed<T>(
+  scope: EngineScope,
+  call: Call,
+  input: ExecuteInput<T>,
+  recorded: readonly RecordedStep[] | undefined,
+): Promise<ExecuteResult<T>> {
   const { emit } = scope;
   const { policy, name, keyHash } = call;
   const lease = new Lease(scope, call);
 
   let outcome: ExecuteResult<T>;
   let settlement: Settlement | undefined;
+  let claimed: ClaimedCall | undefined;
   try {
     if (policy.transaction) {
-      const value = await runInTransaction(scope, call, { input, lease, settled: (s) => (settlement = s) });
+      const value = await runInTransaction(scope, call, {
+        input,
+        lease,
+        recorded,
+        settled: (s) => (settlement = s),
+      });
       emit({ result: 'completed', name, keyHash, durationMs: performance.now() - lease.started, state: 'completed' });
       return { ok: true, value, replayed: false };
     }
-    const claimed = claimedCall(lease, undefined);
-    const value = await runAsCall(claimed, () => input.run(claimed));
+    claimed = new ClaimedCall(scope, call, lease, undefined, recorded);
+    const run = claimed;
+    const value = await runAsCall(run, () => input.run(run));
     lease.stop();
-    outcome = { ok: true, value, replayed: false };
+    // Every recorded step reached, none left running: else the outcome is that error, and the key is released.
+    const stepError = claimed.steps?.finish();
+    outcome =
+      stepError === undefined ? { ok: true, value, replayed: false } : { ok: false, error: stepError, replayed: false };
   } catch (error) {
     outcome = { ok: false, error, replayed: false };
   } finally {
@@ -38,7 +54,7 @@ export async function runClaimed<T>(scope: EngineScope, call: Call, input: Execu
   }
   // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
   settlement ??= classify(outcome, call.codec, policy);
-  await settle(scope, call, settlement, lease);
+  await settle(scope, call, settlement, lease, claimed?.steps?.used === true);
   return outcome;
 }
 
@@ -54,14 +70,18 @@ async function runInTransaction<T>(
   run: {
     input: ExecuteInput<T>;
     lease: Lease;
+    recorded: readonly RecordedStep[] | undefined;
     settled: (settlement: Settlement) => void;
   },
 ): Promise<T> {
   const { store } = scope;
   const { id, token, policy } = call;
   return store.raw.transaction!(async (tx) => {
-    const inTx = claimedCall(run.lease, tx.handle);
+    // Steps are recorded outside this transaction: their effects happened even if it rolls back.
+    const inTx = new ClaimedCall(scope, call, run.lease, tx.handle, run.recorded);
     const result = await runAsCall(inTx, () => run.input.run(inTx));
+    const stepError = inTx.steps?.finish();
+    if (stepError !== undefined) throw stepError;
     const settlement = classify({ ok: true, value: result }, call.codec, policy);
     if (settlement.kind === 'release') {
       // Rolled back, so nothing happened: the key is given back for a retry.
@@ -72,7 +92,15 @@ async function runInTransaction<T>(
     // From here the row lock held by this transaction fences the claim.
     run.lease.stop();
     const stored = await store.call('complete', policy.storeTimeout, () =>
-      tx.complete({ id, fingerprint: call.fp, token, state: 'completed', body: settlement.body, ttl: policy.ttl }),
+      tx.complete({
+        id,
+        fingerprint: call.fp,
+        token,
+        state: 'completed',
+        body: settlement.body,
+        ttl: policy.ttl,
+        ...(inTx.steps?.used === true ? { clearSteps: true } : {}),
+      }),
     );
     if (stored !== 'stored') {
       run.lease.fenced();

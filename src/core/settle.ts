@@ -3,7 +3,7 @@ import type { Call, EngineScope } from './call.js';
 import type { Settlement } from './classify.js';
 import { describeError } from './events.js';
 import { start } from './guarded-store.js';
-import type { CompleteResult } from './store.js';
+import type { CompleteInput, CompleteResult } from './store.js';
 import { engineTime } from './store-clock.js';
 import { withTimeout } from './timing.js';
 
@@ -19,7 +19,13 @@ export interface RunReport {
  * take in time is tried again in the background ({@link completeLater}); a
  * release that fails is left to expire after lockTtl.
  */
-export async function settle(scope: EngineScope, call: Call, settlement: Settlement, run: RunReport): Promise<void> {
+export async function settle(
+  scope: EngineScope,
+  call: Call,
+  settlement: Settlement,
+  run: RunReport,
+  clearSteps = false,
+): Promise<void> {
   const { store, emit } = scope;
   const { id, fp, token, policy, name, keyHash } = call;
   const settleStart = scope.observed ? performance.now() : 0; // for events only
@@ -50,7 +56,8 @@ export async function settle(scope: EngineScope, call: Call, settlement: Settlem
     return;
   }
   const { state, body, reason } = settlement;
-  const complete = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
+  const complete: CompleteInput = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
+  if (clearSteps) complete.clearSteps = true;
   const attempt = () => start(() => store.raw.complete(complete));
   let result: CompleteResult;
   try {

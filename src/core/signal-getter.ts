@@ -14,9 +14,7 @@
  * stays an own property, as it is on tRPC's resolver options. `source` is
  * stored on the object (under a symbol), so attaching allocates no closure.
  */
-export function signalGetter<S>(
-  read: (source: S) => AbortSignal,
-): <T extends object>(target: T, source: S) => T & { readonly signal: AbortSignal } {
+export function signalGetter<S>(read: (source: S) => AbortSignal): SignalAttacher<S> {
   const key = Symbol('signalSource');
   const descriptor: PropertyDescriptor = {
     get(this: { [key]: S }) {
@@ -25,8 +23,18 @@ export function signalGetter<S>(
     enumerable: true,
     configurable: true,
   };
-  return <T extends object>(target: T, source: S) => {
+  const attach = <T extends object>(target: T, source: S) => {
     (target as T & { [key]?: S })[key] = source;
     return Object.defineProperty(target, 'signal', descriptor) as T & { readonly signal: AbortSignal };
   };
+  return Object.assign(attach, {
+    sourceOf: (target: unknown): S | undefined =>
+      typeof target === 'object' && target !== null ? (target as { [key]?: S })[key] : undefined,
+  });
+}
+
+/** Attaches a `signal` read through from `source`; `sourceOf` gives back the source an object was attached to. */
+export interface SignalAttacher<S> {
+  <T extends object>(target: T, source: S): T & { readonly signal: AbortSignal };
+  sourceOf(target: unknown): S | undefined;
 }

@@ -53,7 +53,15 @@ export type ClaimResult = ClaimAnswer &
    * now holds the claim, for `lockTtl` from now.
    */
   (
-    | { state: 'acquired' }
+    | {
+        state: 'acquired';
+        /**
+         * The steps an earlier holder of this key recorded (see
+         * {@link IdempotencyStore.saveStep}) before its claim expired or was
+         * released; absent when there are none. Stores without steps never set it.
+         */
+        steps?: RecordedSteps;
+      }
     /** Another caller holds a live claim. */
     | { state: 'in_progress'; fingerprint: string }
     /**
@@ -87,7 +95,53 @@ export interface CompleteInput {
   body: string;
   /** How long the outcome is kept, in milliseconds. */
   ttl: number;
+  /**
+   * The operation recorded steps (or resumed some): delete them with the
+   * stored outcome, since retries now replay the outcome. Absent for the
+   * operations that use no step, so they pay nothing for it.
+   */
+  clearSteps?: boolean;
 }
+
+/** One completed step of an operation, as the store keeps it. */
+export interface RecordedStep {
+  /** The step's name, unique within the operation. */
+  name: string;
+  /** The step's serialized result (the operation's codec). */
+  body: string;
+}
+
+/** The steps recorded under a record id, in the order they completed. */
+export interface RecordedSteps {
+  /** The fingerprint of the request that recorded them. */
+  fingerprint: string;
+  steps: RecordedStep[];
+}
+
+export interface SaveStepInput {
+  id: string;
+  /** The holder's token: the step is recorded only while it holds the claim. */
+  token: string;
+  /** The claim's fingerprint, kept with the steps. */
+  fingerprint: string;
+  /** The step's position, from 0: it is recorded only right after the steps before it. */
+  index: number;
+  name: string;
+  body: string;
+  /**
+   * How long the steps are kept, in milliseconds (the policy's `ttl`), from
+   * this save: every step of the record lives as long as the last one.
+   */
+  ttl: number;
+}
+
+/**
+ * What {@link IdempotencyStore.saveStep} did: `stored` the step (or found it
+ * stored already, with the same name, by a save sent twice); `fenced`: the
+ * token no longer holds a live claim; `conflict`: the steps recorded do not
+ * end right before `index`, or another name is recorded there.
+ */
+export type SaveStepResult = 'stored' | 'fenced' | 'conflict';
 
 export interface FencedInput {
   id: string;
@@ -136,6 +190,14 @@ export interface IdempotencyStore {
   release(input: FencedInput): Promise<boolean>;
   /** Renews the claim if `token` still holds it. Returns false if the claim was lost. */
   extend(input: ExtendInput): Promise<boolean>;
+  /**
+   * Optional: records a completed step of the operation that holds `id`,
+   * fenced by its token. Steps outlive the claim: a release or an expired
+   * claim keeps them, and the next claim that takes the record gets them
+   * (`steps` on its `acquired` answer); a completion with `clearSteps`
+   * deletes them. Stores that have it support `step()`.
+   */
+  saveStep?(input: SaveStepInput): Promise<SaveStepResult>;
   /**
    * Optional: calls `listener` when the record `id` is completed or released
    * by a holder that was told someone waits. Returns the unsubscribe function.

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { check, index, pgTable, text, timestamp } from 'drizzle-orm/pg-core';
+import { check, index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
 
 /**
  * The table of the PostgreSQL store. Export it from your own Drizzle schema
@@ -32,3 +32,32 @@ export const idempotencyKeys = pgTable(
 );
 
 export type IdempotencyKeyRow = typeof idempotencyKeys.$inferSelect;
+
+/**
+ * The steps an operation recorded with `step()`, one row each, apart from
+ * its row in `idempotency_keys`: they outlive a released or expired claim,
+ * so the retry that takes the key over resumes after them. They live for
+ * `ttl` after the last step, and the completion that stores the operation's
+ * outcome deletes them. `purgeExpired()` deletes expired ones too.
+ */
+export const idempotencySteps = pgTable(
+  'idempotency_steps',
+  {
+    /** The record's id, as in `idempotency_keys`. */
+    id: text('id').notNull(),
+    /** The step's position in the operation, from 0. */
+    seq: integer('seq').notNull(),
+    name: text('name').notNull(),
+    /** The fingerprint of the request that recorded the step. */
+    fingerprint: text('fingerprint').notNull(),
+    /** The step's serialized result. */
+    body: text('body').notNull(),
+    expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    primaryKey({ name: 'idempotency_steps_pkey', columns: [t.id, t.seq] }),
+    index('idempotency_steps_expires_at_idx').on(t.expiresAt),
+  ],
+);
+
+export type IdempotencyStepRow = typeof idempotencySteps.$inferSelect;

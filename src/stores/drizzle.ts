@@ -10,6 +10,9 @@ import type {
   ExtendInput,
   FencedInput,
   IdempotencyStore,
+  RecordedSteps,
+  SaveStepInput,
+  SaveStepResult,
   StoreTransaction,
 } from '../core/store.js';
 
@@ -50,7 +53,7 @@ export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStor
    * @throws if the call does not run in transactional mode.
    */
   transactionOf(ctx?: object): TransactionOf<TDb>;
-  /** Deletes expired rows in batches and returns how many went. Schedule it (see the README). */
+  /** Deletes expired rows, then expired steps, in batches, and returns how many went. Schedule it (see the docs). */
   purgeExpired(options?: PurgeOptions): Promise<number>;
 }
 
@@ -110,6 +113,15 @@ const encodeBody = (body: string): string =>
 const decodeBody = (stored: string): string =>
   stored.charCodeAt(0) === 1 ? Buffer.from(stored.slice(1), 'base64').toString() : stored;
 
+/** The steps a claim read, from the JSON text of [name, body, fingerprint] arrays (see CLAIM). */
+function parseSteps(text: unknown): RecordedSteps {
+  const rows = JSON.parse(String(text)) as [string, string, string][];
+  return {
+    fingerprint: rows[0]?.[2] ?? '',
+    steps: rows.map(([name, body]) => ({ name, body: decodeBody(body) })),
+  };
+}
+
 /** Milliseconds as a parameter: whole, as the statements multiply it by `interval '1 millisecond'`. */
 const ms = (value: number): number => Math.ceil(value);
 
@@ -155,6 +167,9 @@ function statement<const K extends string>(params: readonly K[], text: string, n
  * it began (the INSERT waited for it and found it live) the row is invisible
  * and nothing is found: the caller then runs it again.
  *
+ * A claim that takes the row also reads the steps recorded under its id
+ * (`idempotency_steps`), as a JSON array of [name, body, fingerprint], in order.
+ *
  * $1 id, $2 fingerprint, $3 token, $4 lockTtl (ms),
  * $5 deadline (timestamptz text: ISO 8601, or 'infinity' for none).
  */
@@ -178,7 +193,11 @@ const CLAIM = statement(
     select exists (select from claimed) as acquired, live.state, live.fingerprint,
            case when live.fingerprint = $2 then live.body end as body,
            case when live.state is null or (live.token = $3 and live.state = 'in_progress')
-                then date_part('epoch', statement_timestamp()) * 1000 end as time
+                then date_part('epoch', statement_timestamp()) * 1000 end as time,
+           case when exists (select from claimed) then (
+             select json_agg(json_build_array(s.name, s.body, s.fingerprint) order by s.seq)::text
+               from idempotency_steps s where s.id = $1 and s.expires_at > statement_timestamp()
+           ) end as steps
       from (values (1)) as one (x) left join live on true`,
 );
 
@@ -201,6 +220,67 @@ const COMPLETE = statement(
           expires_at = excluded.expires_at
       where k.token = $4 or k.expires_at <= statement_timestamp()
     returning 1`,
+);
+
+/** As COMPLETE, and once stored, deletes the operation's recorded steps (CompleteInput.clearSteps). */
+const COMPLETE_CLEARING_STEPS = statement(
+  ['id', 'state', 'fingerprint', 'token', 'body', 'ttl'],
+  `
+    with done as (${COMPLETE.text}
+    ), cleared as (
+      delete from idempotency_steps where id = $1 and exists (select from done)
+    )
+    select 1 from done`,
+);
+
+/**
+ * Records step $3 of the token's live claim, if the live steps recorded under
+ * the id end right before it, and keeps every earlier step as long as this
+ * one. The result: whether the token holds the claim, whether the step was
+ * stored, and the name already recorded at $3, if any (a save sent twice).
+ *
+ * $1 id, $2 token, $3 index, $4 name, $5 fingerprint, $6 body (encoded), $7 ttl (ms).
+ */
+const SAVE_STEP = statement(
+  ['id', 'token', 'index', 'name', 'fingerprint', 'body', 'ttl'],
+  `
+    with holder as (
+      select from idempotency_keys
+       where id = $1 and token = $2 and state = 'in_progress' and expires_at > statement_timestamp()
+    ), recorded as (
+      select count(*)::int as n,
+             max(name) filter (where seq = $3::int) as at_name
+        from idempotency_steps where id = $1 and expires_at > statement_timestamp()
+    ), saved as (
+      insert into idempotency_steps as s (id, seq, name, fingerprint, body, expires_at)
+      select $1, $3::int, $4, $5, $6, statement_timestamp() + ($7::float8 * interval '1 millisecond')
+       where exists (select from holder) and (select n from recorded) = $3::int
+      on conflict (id, seq) do update
+        set name = excluded.name, fingerprint = excluded.fingerprint, body = excluded.body,
+            expires_at = excluded.expires_at
+        where s.expires_at <= statement_timestamp()
+      returning 1
+    ), kept as (
+      update idempotency_steps set expires_at = statement_timestamp() + ($7::float8 * interval '1 millisecond')
+       where id = $1 and seq < $3::int and exists (select from saved)
+    )
+    select exists (select from holder) as held, exists (select from saved) as saved,
+           (select at_name from recorded) as at_name`,
+);
+
+/** Deletes up to $1 expired steps, as PURGE does rows. */
+const PURGE_STEPS = statement(
+  ['batchSize'],
+  `
+    with gone as (
+      delete from idempotency_steps
+       where (id, seq) in (select id, seq from idempotency_steps
+                            where expires_at <= statement_timestamp()
+                            order by expires_at limit $1
+                            for update skip locked)
+      returning 1)
+    select count(*)::int as n from gone`,
+  false,
 );
 
 /** The state of a live row, after a refused completion. $1 id. */
@@ -338,7 +418,8 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
   const complete = async (executor: AnyPgDatabase, input: CompleteInput): Promise<CompleteResult> => {
     const { id, state, fingerprint, token, body, ttl } = input;
     const values = { id, state, fingerprint, token, body: encodeBody(body), ttl: ms(ttl) };
-    if ((await run(executor, COMPLETE, values)).length === 1) return 'stored';
+    const statement = input.clearSteps === true ? COMPLETE_CLEARING_STEPS : COMPLETE;
+    if ((await run(executor, statement, values)).length === 1) return 'stored';
     // Refused (rare): say by what. A row committed after that statement began may be
     // invisible here; it can only be another claim's, so no row reads as held.
     const [row] = await run(executor, LIVE_STATE, { id });
@@ -360,7 +441,11 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
         const [row] = await run(db, CLAIM, values);
         if (row === undefined) throw new Error('drizzleStore: the claim statement returned no row.');
         const time = row.time === null || row.time === undefined ? undefined : Number(row.time);
-        if (row.acquired === true) return { state: 'acquired', time: time! };
+        if (row.acquired === true) {
+          return row.steps === null || row.steps === undefined
+            ? { state: 'acquired', time: time! }
+            : { state: 'acquired', time: time!, steps: parseSteps(row.steps) };
+        }
         if (time !== undefined) {
           // The row was free for this claim, yet not taken: the deadline had passed, or the race above.
           if (input.deadline !== undefined && time > input.deadline) return { state: 'late', time };
@@ -383,6 +468,15 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
 
     async release({ id, token }: FencedInput): Promise<boolean> {
       return (await run(db, RELEASE, { id, token })).length === 1;
+    },
+
+    async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
+      const values = { id, token, index, name, fingerprint, body: encodeBody(body), ttl: ms(ttl) };
+      const [row] = await run(db, SAVE_STEP, values);
+      if (row === undefined) throw new Error('drizzleStore: the step statement returned no row.');
+      if (row.held !== true) return 'fenced';
+      if (row.saved === true || row.at_name === name) return 'stored';
+      return 'conflict';
     },
 
     async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
@@ -418,11 +512,13 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
         );
       }
       let total = 0;
-      for (let batch = 0; batch < maxBatches; batch++) {
-        const [row] = await run(db, PURGE, { batchSize });
-        const n = Number(row?.n ?? 0);
-        total += n;
-        if (n < batchSize) break;
+      for (const purge of [PURGE, PURGE_STEPS]) {
+        for (let batch = 0; batch < maxBatches; batch++) {
+          const [row] = await run(db, purge, { batchSize });
+          const n = Number(row?.n ?? 0);
+          total += n;
+          if (n < batchSize) break;
+        }
       }
       return total;
     },

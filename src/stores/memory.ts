@@ -7,7 +7,10 @@ import type {
   ExtendInput,
   FencedInput,
   IdempotencyStore,
+  RecordedStep,
   RecordState,
+  SaveStepInput,
+  SaveStepResult,
 } from '../core/store.js';
 
 export interface MemoryStoreOptions {
@@ -38,6 +41,12 @@ interface MemoryRecord {
   fingerprint: string;
   token: string | undefined;
   body: string | undefined;
+  expiresAt: number;
+}
+
+interface MemorySteps {
+  fingerprint: string;
+  steps: RecordedStep[];
   expiresAt: number;
 }
 
@@ -73,6 +82,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   }
   // Insertion order is age order: a record is re-inserted when it completes.
   const records = new Map<string, MemoryRecord>();
+  // The steps of records, apart from them: they outlive a released or expired claim. Bounded by
+  // maxEntries too (records that use steps have at most one entry here), and swept with the records.
+  const stepsOf = new Map<string, MemorySteps>();
   const listeners = new Map<string, Set<() => void>>();
   const evictionListeners = new Set<(id: string) => void>();
 
@@ -89,6 +101,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     let earliest = Number.POSITIVE_INFINITY;
     for (const [id, rec] of records) {
       if (rec.expiresAt <= t) records.delete(id);
+      else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
+    }
+    for (const [id, rec] of stepsOf) {
+      if (rec.expiresAt <= t) stepsOf.delete(id);
       else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
     }
     nextExpiry = earliest;
@@ -165,10 +181,20 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         rec.expiresAt = time + lockTtl;
       }
       expiring(time + lockTtl);
+      if (stepsOf.size > 0) {
+        const recorded = stepsOf.get(id);
+        if (recorded !== undefined && recorded.expiresAt > time) {
+          return {
+            state: 'acquired',
+            time,
+            steps: { fingerprint: recorded.fingerprint, steps: recorded.steps.map((step) => ({ ...step })) },
+          };
+        }
+      }
       return { state: 'acquired', time };
     },
 
-    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {
+    async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
       const t = now();
       const rec = live(id, t);
       // Held by this token, or absent (expired, evicted): no one else holds or ran it.
@@ -185,7 +211,36 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       done.expiresAt = t + ttl;
       records.set(id, done);
       expiring(t + ttl);
+      if (clearSteps === true) stepsOf.delete(id);
       notify(id);
+      return 'stored';
+    },
+
+    async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
+      const t = now();
+      if (held(id, token, t) === undefined) return 'fenced';
+      let recorded = stepsOf.get(id);
+      if (recorded !== undefined && recorded.expiresAt <= t) {
+        stepsOf.delete(id);
+        recorded = undefined;
+      }
+      const count = recorded?.steps.length ?? 0;
+      // Sent twice by its holder: the same name at the same place is already there.
+      if (index < count) return recorded!.steps[index]!.name === name ? 'stored' : 'conflict';
+      if (index > count) return 'conflict';
+      if (recorded === undefined) {
+        if (stepsOf.size >= maxEntries) {
+          sweep();
+          if (stepsOf.size >= maxEntries) {
+            throw new Error(`memoryStore is full: ${maxEntries} records keep steps. Raise maxEntries.`);
+          }
+        }
+        stepsOf.set(id, (recorded = { fingerprint, steps: [], expiresAt: 0 }));
+      }
+      recorded.fingerprint = fingerprint;
+      recorded.steps.push({ name, body });
+      recorded.expiresAt = t + ttl;
+      expiring(recorded.expiresAt);
       return 'stored';
     },
 

@@ -12,6 +12,15 @@ import { createHash } from 'node:crypto';
  *   b  serialized outcome (only once finished)
  *   w  '1' if a request waits for this claim to settle (only while in progress)
  * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
+ *
+ * The steps an operation recorded (see SAVE_STEP) are a second hash beside it,
+ * `<record key>:steps`, in the same Cluster slot (the hash tag is the record's):
+ *   f  the fingerprint of the request that recorded them
+ *   n  how many there are
+ *   k<i>, b<i>  name and serialized result of step i (from 0)
+ * It outlives the record's claim (a release or an expiry keeps it), lives
+ * for ttl after its last step, and is deleted by the completion that stores
+ * the operation's outcome.
  */
 
 export interface RedisScript {
@@ -24,7 +33,7 @@ function script(source: string): RedisScript {
 }
 
 /**
- * KEYS[1] record key
+ * KEYS[1] record key, KEYS[2] its steps key
  * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
  * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
  * Returns {'p', fingerprint} when another claim is in flight; {state, fingerprint[, body]} when
@@ -32,6 +41,7 @@ function script(source: string): RedisScript {
  * record is absent, or is this token's own live claim (sent again by the client after a
  * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
  * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
+ * A claim that takes the record gets its recorded steps too: {'a', time, steps hash as a flat list}.
  */
 export const CLAIM = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't')
@@ -48,11 +58,13 @@ local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
 redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local steps = redis.call('HGETALL', KEYS[2])
+if #steps > 0 then return {'a', now, steps} end
 return {'a', now}
 `);
 
 /**
- * KEYS[1] record key
+ * KEYS[1] record key, KEYS[2] (only when the operation used steps) its steps key, deleted once stored
  * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms),
  * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
  * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
@@ -73,6 +85,7 @@ if rec[1] then
 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
 if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1
 `);
@@ -99,5 +112,28 @@ export const EXTEND = script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`);
+
+/**
+ * KEYS[1] record key, KEYS[2] its steps key
+ * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] step index (from 0), ARGV[4] name, ARGV[5] body,
+ * ARGV[6] ttl (ms)
+ * Records step ARGV[3] if the token holds the live claim and the steps recorded end right before it.
+ * Returns 1 if stored (or already there under the same name: a save sent twice), 0 if the token no
+ * longer holds the claim, 2 if the recorded steps do not end right before it.
+ */
+export const SAVE_STEP = script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 't')
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+local i = tonumber(ARGV[3])
+if i < n then
+  if redis.call('HGET', KEYS[2], 'k' .. ARGV[3]) == ARGV[4] then return 1 end
+  return 2
+end
+if i > n then return 2 end
+redis.call('HSET', KEYS[2], 'f', ARGV[2], 'n', i + 1, 'k' .. ARGV[3], ARGV[4], 'b' .. ARGV[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
 return 1
 `);

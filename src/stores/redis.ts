@@ -8,8 +8,11 @@ import type {
   ExtendInput,
   FencedInput,
   IdempotencyStore,
+  RecordedSteps,
+  SaveStepInput,
+  SaveStepResult,
 } from '../core/store.js';
-import { CLAIM, COMPLETE, EXTEND, RELEASE, type RedisScript } from './redis-scripts.js';
+import { CLAIM, COMPLETE, EXTEND, RELEASE, type RedisScript, SAVE_STEP } from './redis-scripts.js';
 
 export interface RedisStoreOptions {
   /**
@@ -39,6 +42,23 @@ export interface RedisStore extends IdempotencyStore {
 
 const STATES = { c: 'completed', f: 'failed' } as const;
 const COMPLETED: readonly CompleteResult[] = ['finished', 'stored', 'held'];
+const SAVED: readonly SaveStepResult[] = ['fenced', 'stored', 'conflict'];
+
+/** The steps hash (see redis-scripts.ts) from HGETALL's flat list of fields and values. */
+function parseSteps(flat: unknown): RecordedSteps {
+  const fields = new Map<string, string>();
+  const list = flat as string[];
+  for (let i = 0; i + 1 < list.length; i += 2) fields.set(String(list[i]), String(list[i + 1]));
+  const count = Number(fields.get('n') ?? 0);
+  const steps: RecordedSteps['steps'] = [];
+  for (let i = 0; i < count; i++) {
+    const name = fields.get(`k${i}`);
+    const body = fields.get(`b${i}`);
+    if (name === undefined || body === undefined) throw new Error(`redisStore: the steps hash lacks step ${i}.`);
+    steps.push({ name, body });
+  }
+  return { fingerprint: fields.get('f') ?? '', steps };
+}
 
 /**
  * Error replies that mean the server cannot serve now rather than a fault of
@@ -76,15 +96,18 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   }
   const channel = `${prefix}settled`;
   const keyOf = (id: string) => `${prefix}{${id}}`;
+  const stepsKeyOf = (key: string) => `${key}:steps`;
 
-  async function run(s: RedisScript, key: string, args: (string | number)[]): Promise<unknown> {
+  /** Runs a script on one key, or on a record key and its steps key (`key2`: same hash tag, same slot). */
+  async function run(s: RedisScript, key: string, args: (string | number)[], key2?: string): Promise<unknown> {
+    const keys: [number, ...string[]] = key2 === undefined ? [1, key] : [2, key, key2];
     try {
       try {
-        return await client.evalsha(s.sha, 1, key, ...args);
+        return await client.evalsha(s.sha, ...keys, ...args);
       } catch (error) {
         // The script cache is empty after a restart or failover: send the source once.
         if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
-          return await client.eval(s.source, 1, key, ...args);
+          return await client.eval(s.source, ...keys, ...args);
         }
         throw error;
       }
@@ -136,31 +159,41 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         waiting ? '1' : '0',
         deadline === undefined ? '' : Math.floor(deadline),
       ];
-      const reply = (await run(CLAIM, keyOf(id), args)) as [string, string | number, string?];
+      const key = keyOf(id);
+      const reply = (await run(CLAIM, key, args, stepsKeyOf(key))) as [string, string | number, unknown?];
       const state = reply[0];
-      if (state === 'a') return { state: 'acquired', time: reply[1] as number };
+      if (state === 'a') {
+        return reply.length > 2
+          ? { state: 'acquired', time: reply[1] as number, steps: parseSteps(reply[2]) }
+          : { state: 'acquired', time: reply[1] as number };
+      }
       if (state === 'l') return { state: 'late', time: reply[1] as number };
       if (state === 'p') return { state: 'in_progress', fingerprint: reply[1] as string };
       const finished = STATES[state as keyof typeof STATES];
       if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
       return reply.length > 2
-        ? { state: finished, fingerprint: reply[1] as string, body: reply[2]! }
+        ? { state: finished, fingerprint: reply[1] as string, body: reply[2] as string }
         : { state: finished, fingerprint: reply[1] as string };
     },
 
-    async complete({ id, fingerprint, token, state, body, ttl }: CompleteInput): Promise<CompleteResult> {
+    async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
-      const reply = await run(COMPLETE, key, [
-        token,
-        state === 'completed' ? 'c' : 'f',
-        body,
-        Math.ceil(ttl),
-        channel,
-        fingerprint,
+      const reply = await run(
+        COMPLETE,
         key,
-      ]);
+        [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key],
+        clearSteps === true ? stepsKeyOf(key) : undefined,
+      );
       const result = COMPLETED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
+      return result;
+    },
+
+    async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
+      const key = keyOf(id);
+      const reply = await run(SAVE_STEP, key, [token, fingerprint, index, name, body, Math.ceil(ttl)], stepsKeyOf(key));
+      const result = SAVED[reply as number];
+      if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a step.`);
       return result;
     },
 

@@ -11,6 +11,9 @@ const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {
   store_unavailable: 'SERVICE_UNAVAILABLE',
   response_too_large: 'INTERNAL_SERVER_ERROR',
   outcome_unreplayable: 'INTERNAL_SERVER_ERROR',
+  step_mismatch: 'INTERNAL_SERVER_ERROR',
+  step_unrecorded: 'INTERNAL_SERVER_ERROR',
+  step_misuse: 'INTERNAL_SERVER_ERROR',
 };
 
 /** The tRPC code (and so the HTTP status) of each reason. */

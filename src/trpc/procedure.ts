@@ -1,10 +1,11 @@
 import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, TRPCError } from '@trpc/server';
-import { idempotentCall, isClaimedCall } from '../core/context.js';
-import type { ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions } from '../core/engine.js';
+import { idempotentCall } from '../core/context.js';
+import type { ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions, RunOptions } from '../core/engine.js';
 import { IdempotencyConfigError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js';
 import { signalGetter } from '../core/signal-getter.js';
+import type { IdempotencySteps } from '../core/steps.js';
 import { createIdempotencyEngine } from '../engine.js';
 import { trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
@@ -249,7 +250,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             // function, whose await of the resolver's value would cost one more turn of the microtask queue.
             let value: unknown;
             try {
-              value = resolver(isClaimedCall(call) ? withClaimSignal(opts, call) : opts);
+              value = resolver(withClaimSignal(opts, call));
             } catch (error) {
               return Promise.reject(getTRPCErrorFromUnknown(error));
             }
@@ -492,13 +493,40 @@ function checkScope(value: unknown, path: string): string | undefined {
 }
 
 // The resolver's `signal` is the claim's, read through so that it is made only
-// for a resolver that reads it (see signalGetter).
+// for a resolver that reads it (see signalGetter). The call it is read from is
+// also what `steps(opts)` finds.
 
-const withCallSignal = signalGetter((call: { readonly signal: AbortSignal }) => call.signal);
+const withCallSignal = signalGetter((call: RunOptions) => call.signal);
 
-function withClaimSignal(opts: Record<string | symbol, unknown>, call: { readonly signal: AbortSignal }): unknown {
+function withClaimSignal(opts: Record<string | symbol, unknown>, call: RunOptions): unknown {
   const { signal: _, ...rest } = opts;
   return withCallSignal(rest, call);
+}
+
+/**
+ * The steps of a protected mutation, from the options its resolver receives:
+ * `step(name, fn)` runs `fn` once per key and records its result, so that a
+ * retry after a crash resumes after the last completed step; `stepKey(name)`
+ * is the key to send downstream. See {@link IdempotencySteps}.
+ *
+ * @example
+ * pay: idempotentProcedure.input(payment).mutation(async (opts) => {
+ *   const { step } = steps(opts);
+ *   const charge = await step('charge', ({ key }) => provider.charge(opts.input, { idempotencyKey: key }));
+ *   return { chargeId: charge.id };
+ * }),
+ * @throws {IdempotencyError} `step_misuse` when `opts` are not those of a protected mutation's resolver.
+ */
+export function steps(opts: object): IdempotencySteps {
+  const call = withCallSignal.sourceOf(opts);
+  if (call === undefined) {
+    throw new IdempotencyError(
+      'step_misuse',
+      "steps(opts) needs the options a protected mutation's resolver receives, as in `.mutation(async (opts) => { const { step } = steps(opts); ... })`. " +
+        'These options are not: the procedure is not built with withIdempotency, is a query, runs without a key (required: false), or the options were copied.',
+    );
+  }
+  return call;
 }
 
 function rethrowAsTRPCError(error: unknown): never {

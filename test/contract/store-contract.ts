@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
-import type { ClaimInput, ClaimResult } from '../../src/core.js';
+import type { ClaimInput, ClaimResult, SaveStepInput } from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
@@ -527,5 +527,136 @@ export function describeStoreContract(
         expect(store.onSettled).toBeUndefined();
       });
     }
+
+    describe('steps (recovery points)', () => {
+      const save = (store: IdempotencyStore, input: Partial<SaveStepInput> & Pick<SaveStepInput, 'id'>) =>
+        store.saveStep!({
+          token: 'a',
+          fingerprint: 'fp',
+          index: 0,
+          name: 'reserve',
+          body: '{"r":1}',
+          ttl: 60_000,
+          ...input,
+        });
+
+      it('records steps in order, fenced by the holder token, and gives them to the claim that takes the record next', async () => {
+        const { store } = await create();
+        const rec = id();
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK })).toEqual({
+          state: 'acquired',
+        });
+        expect(await save(store, { id: rec, token: 'intruder' })).toBe('fenced');
+        expect(await save(store, { id: rec, index: 1, name: 'charge' })).toBe('conflict');
+        expect(await save(store, { id: rec })).toBe('stored');
+        // the same save sent twice (a driver's re-send after a reconnect)
+        expect(await save(store, { id: rec })).toBe('stored');
+        // another name where a step is recorded
+        expect(await save(store, { id: rec, name: 'other' })).toBe('conflict');
+        expect(await save(store, { id: rec, index: 1, name: 'charge', body: '{"c":"ch_1"}' })).toBe('stored');
+        // still in flight for everyone else; the steps are not shown to them
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+          state: 'in_progress',
+          fingerprint: 'fp',
+        });
+        expect(await store.release({ id: rec, token: 'a' })).toBe(true);
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+          state: 'acquired',
+          steps: {
+            fingerprint: 'fp',
+            steps: [
+              { name: 'reserve', body: '{"r":1}' },
+              { name: 'charge', body: '{"c":"ch_1"}' },
+            ],
+          },
+        });
+        // the new holder goes on after them; the old one is fenced
+        expect(await save(store, { id: rec, token: 'a', index: 2, name: 'ledger' })).toBe('fenced');
+        expect(await save(store, { id: rec, token: 'b', index: 2, name: 'ledger', body: 'null' })).toBe('stored');
+      });
+
+      it('keeps the steps of a claim that expired, for the claim that takes it over', async () => {
+        const { store, advance } = await create();
+        const rec = id();
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        expect(await save(store, { id: rec, body: 'é€😀\u0000\u0001 "quoted"' })).toBe('stored');
+        await advance(LOCK + 150);
+        expect(await save(store, { id: rec, index: 1, name: 'late' })).toBe('fenced');
+        const takeover = await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK });
+        expect(takeover).toEqual({
+          state: 'acquired',
+          steps: { fingerprint: 'fp', steps: [{ name: 'reserve', body: 'é€😀\u0000\u0001 "quoted"' }] },
+        });
+      });
+
+      it('gives the steps with the fingerprint that recorded them, to a claim with another one', async () => {
+        const { store } = await create();
+        const rec = id();
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        await save(store, { id: rec });
+        await store.release({ id: rec, token: 'a' });
+        expect(await claim(store, { id: rec, fingerprint: 'other', token: 'b', lockTtl: LOCK })).toEqual({
+          state: 'acquired',
+          steps: { fingerprint: 'fp', steps: [{ name: 'reserve', body: '{"r":1}' }] },
+        });
+      });
+
+      it('gives the steps to exactly one of many concurrent claims', async () => {
+        const { store } = await create();
+        const rec = id();
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        await save(store, { id: rec });
+        await store.release({ id: rec, token: 'a' });
+        const results = await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            store.claim({ id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 }),
+          ),
+        );
+        const won = results.filter((r) => r.state === 'acquired');
+        expect(won).toHaveLength(1);
+        expect(won[0]).toMatchObject({ steps: { steps: [{ name: 'reserve' }] } });
+      });
+
+      it('deletes the steps with a completion that asks to (clearSteps), and keeps them otherwise', async () => {
+        const { store, advance } = await create();
+        const cleared = id();
+        const kept = id();
+        for (const rec of [cleared, kept]) {
+          await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+          await save(store, { id: rec });
+        }
+        const done = { fingerprint: 'fp', token: 'a', state: 'completed', body: '1', ttl: LOCK } as const;
+        expect(await store.complete({ ...done, id: cleared, clearSteps: true })).toBe('stored');
+        expect(await store.complete({ ...done, id: kept })).toBe('stored');
+        await advance(LOCK + 150);
+        expect(await claim(store, { id: cleared, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+          state: 'acquired',
+        });
+        expect(await claim(store, { id: kept, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+          state: 'acquired',
+          steps: { steps: [{ name: 'reserve' }] },
+        });
+      });
+
+      it('keeps every step as long as the last one, then lets them expire', async () => {
+        const { store, advance } = await create();
+        const rec = id();
+        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+        await save(store, { id: rec, ttl: 600 });
+        await advance(400);
+        await save(store, { id: rec, index: 1, name: 'charge', ttl: 600 });
+        await advance(400);
+        await store.release({ id: rec, token: 'a' });
+        // 800 ms after the first step, 400 after the second: both are kept
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: 5_000 })).toMatchObject({
+          steps: { steps: [{ name: 'reserve' }, { name: 'charge' }] },
+        });
+        await store.release({ id: rec, token: 'b' });
+        await advance(400);
+        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: 5_000 })).toEqual({
+          state: 'acquired',
+        });
+      });
+    });
   });
 }

@@ -1,0 +1,284 @@
+import { createHash } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { Call, EngineScope } from './call.js';
+import { IdempotencyError, inProgressError, retryable } from './errors.js';
+import { describeError } from './events.js';
+import type { RecordedStep } from './store.js';
+
+/**
+ * Recovery points: `step(name, fn)` inside a protected operation.
+ *
+ * A step runs `fn` once per key. When it completes, its result is recorded in
+ * the store (fenced by the holder's token) before the operation goes on. A
+ * later holder of the same key (the retry that runs once a crashed holder's
+ * claim expired, or after the key was released) gets each recorded step's
+ * result back instead of running it again, and runs only the steps that never
+ * completed. `stepKey(name)` derives a key for the step's downstream call, so
+ * that a step interrupted inside that call is deduplicated downstream.
+ */
+export interface IdempotencySteps {
+  /**
+   * Runs `fn` once for this key and records its result before the operation
+   * goes on; a retry that reaches this step after a crash gets the recorded
+   * result instead. Steps run one at a time, each awaited, with names unique
+   * in the operation; a retry must reach them in the same order.
+   * `fn` gets the step's derived `key` (see {@link stepKey}).
+   */
+  step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T>;
+  /**
+   * A key derived from this operation's identity (scope, name, client key)
+   * and the step's name: a UUID (version 8, from SHA-256), the same for every
+   * retry of the key. Pass it as the `Idempotency-Key` of the step's
+   * downstream call (a payment provider, another service protected by this
+   * library), so that a step interrupted in the middle of that call is not
+   * run twice downstream.
+   */
+  stepKey(name: string): string;
+}
+
+/** The key a step's downstream call sends: a name-based UUID (version 8, RFC 9562) over SHA-256. */
+export function deriveStepKey(id: string, name: string): string {
+  const hash = createHash('sha256').update(`trpc-idempotency:step\u0000${id}\u0000${name}`).digest();
+  hash[6] = (hash[6]! & 0x0f) | 0x80; // version 8
+  hash[8] = (hash[8]! & 0x3f) | 0x80; // variant 10
+  const hex = hash.toString('hex', 0, 16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+export function checkStepName(name: unknown): asserts name is string {
+  if (typeof name !== 'string' || name === '') {
+    throw misuse(`A step needs a name, a non-empty string (such as 'charge'); got ${describe(name)}.`);
+  }
+}
+
+function describe(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : value === null ? 'null' : typeof value;
+}
+
+function misuse(message: string): IdempotencyError {
+  return new IdempotencyError('step_misuse', message);
+}
+
+const list = (names: readonly string[]) => `[${names.map((n) => JSON.stringify(n)).join(', ')}]`;
+
+/**
+ * The steps of one claimed call: those an earlier holder recorded, and those
+ * this run has reached. Made only for a call that uses steps, or that found
+ * steps recorded at its claim.
+ */
+export class StepLog {
+  readonly #recorded: readonly RecordedStep[];
+  readonly #reached: string[] = [];
+  #running: string | undefined;
+  #bytes = 0;
+  /** A step was recorded or resumed: the completion deletes the steps. */
+  used = false;
+
+  constructor(
+    private readonly scope: EngineScope,
+    private readonly call: Call,
+    private readonly lease: { wasLost(): boolean; fenced(): void; readonly signal: AbortSignal },
+    recorded: readonly RecordedStep[] | undefined,
+  ) {
+    this.#recorded = recorded ?? [];
+    if (this.#recorded.length > 0) this.used = true;
+  }
+
+  async step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
+    checkStepName(name);
+    if (typeof fn !== 'function') {
+      throw misuse(
+        `step(${JSON.stringify(name)}, fn): fn must be a function that does the step's work; got ${describe(fn)}.`,
+      );
+    }
+    if (this.#running !== undefined) {
+      throw misuse(
+        `step(${JSON.stringify(name)}) was called while step(${JSON.stringify(this.#running)}) is still running. ` +
+          'Steps run one at a time, in order: await each step before starting the next.',
+      );
+    }
+    if (this.#reached.includes(name)) {
+      throw misuse(
+        `The step name ${JSON.stringify(name)} is used twice in this operation. Step names must be unique within an operation: name each one after what it does.`,
+      );
+    }
+    const { scope, call } = this;
+    const index = this.#reached.length;
+    this.#reached.push(name);
+    const recorded = this.#recorded[index];
+    if (recorded !== undefined) {
+      if (recorded.name !== name) throw this.#mismatch();
+      this.#bytes += Buffer.byteLength(recorded.body);
+      const value = call.codec.deserialize(recorded.body) as T;
+      if (scope.observed) {
+        scope.emit({
+          result: 'step',
+          name: call.name,
+          keyHash: call.keyHash,
+          durationMs: 0,
+          step: name,
+          reason: 'resumed',
+        });
+      }
+      return value;
+    }
+    if (this.lease.wasLost()) throw this.#lost(name);
+    this.#running = name;
+    const started = performance.now();
+    let value: T;
+    try {
+      value = await fn({ key: deriveStepKey(call.id, name) });
+    } catch (error) {
+      // The step did not complete: nothing is recorded, and a retry runs it again.
+      this.#reached.pop();
+      throw error;
+    } finally {
+      this.#running = undefined;
+    }
+    await this.#save(index, name, value);
+    scope.emit({
+      result: 'step',
+      name: call.name,
+      keyHash: call.keyHash,
+      durationMs: performance.now() - started,
+      step: name,
+      reason: 'ran',
+    });
+    return value;
+  }
+
+  stepKey(name: string): string {
+    checkStepName(name);
+    return deriveStepKey(this.call.id, name);
+  }
+
+  /**
+   * The operation returned: every recorded step must have been reached, and
+   * none may still be running. Returns the error to fail it with, if any.
+   */
+  finish(): IdempotencyError | undefined {
+    if (this.#running !== undefined) {
+      return retryable(
+        misuse(
+          `The operation returned while step(${JSON.stringify(this.#running)}) was still running: its result cannot be recorded. ` +
+            'Await every step before returning.',
+        ),
+      );
+    }
+    if (this.#reached.length < this.#recorded.length) return this.#mismatch();
+    return undefined;
+  }
+
+  async #save(index: number, name: string, value: unknown): Promise<void> {
+    const { scope, call } = this;
+    const { policy } = call;
+    let body: string;
+    try {
+      body = call.codec.serialize(value);
+    } catch (error) {
+      throw this.#unrecorded(name, 'its result cannot be serialized', error);
+    }
+    const total = this.#bytes + Buffer.byteLength(body);
+    if (total > policy.maxResponseBytes) {
+      throw this.#unrecorded(
+        name,
+        `the steps' results would take ${total} bytes, more than maxResponseBytes (${policy.maxResponseBytes})`,
+      );
+    }
+    const save = scope.store.raw.saveStep!;
+    let saved: Awaited<ReturnType<typeof save>>;
+    try {
+      saved = await scope.store.call('save_step', policy.storeTimeout, () =>
+        save.call(scope.store.raw, {
+          id: call.id,
+          token: call.token,
+          fingerprint: call.fp,
+          index,
+          name,
+          body,
+          ttl: policy.ttl,
+        }),
+      );
+    } catch (error) {
+      scope.emit({
+        result: 'store_error',
+        name: call.name,
+        keyHash: call.keyHash,
+        durationMs: 0,
+        operation: 'save_step',
+        error: describeError(error),
+      });
+      throw this.#unrecorded(name, 'the store did not record it', error);
+    }
+    if (saved === 'fenced') {
+      this.lease.fenced();
+      throw this.#lost(name);
+    }
+    if (saved === 'conflict') throw this.#mismatch();
+    this.#bytes = total;
+    this.used = true;
+  }
+
+  #mismatch(): IdempotencyError {
+    const recorded = this.#recorded.map((s) => s.name);
+    return retryable(
+      new IdempotencyError(
+        'step_mismatch',
+        `This run reached the steps ${list(this.#reached)}, but an earlier run of this key recorded ${list(recorded)}. ` +
+          'A retry must reach the recorded steps by the same names, in the same order (a step renamed, reordered or skipped would mix results of different code). ' +
+          'Nothing was run past the mismatch and the key was released with its recorded steps: run code that reaches the recorded steps to finish the operation.',
+      ),
+    );
+  }
+
+  #unrecorded(name: string, why: string, cause?: unknown): IdempotencyError {
+    return retryable(
+      new IdempotencyError(
+        'step_unrecorded',
+        `Step ${JSON.stringify(name)} completed, but ${why}, so the operation stopped before going on. ` +
+          `A retry with the same key runs this step again: its downstream call must be idempotent (send stepKey(${JSON.stringify(name)}) as its key).`,
+        cause === undefined ? {} : { cause },
+      ),
+    );
+  }
+
+  #lost(name: string): IdempotencyError {
+    const error = inProgressError(
+      this.scope.retryAfter,
+      `the claim on this key was lost before step ${JSON.stringify(name)} could be recorded, and another request may hold it now`,
+    );
+    return retryable(error);
+  }
+}
+
+/**
+ * The steps of an operation run without protection (fail-open while the store
+ * is down): nothing can be recorded, so each step simply runs; `stepKey`
+ * still derives the same keys, so downstream calls stay deduplicated.
+ */
+export class UnrecordedSteps implements IdempotencySteps {
+  constructor(
+    private readonly scope: EngineScope,
+    private readonly call: Call,
+  ) {}
+
+  async step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
+    checkStepName(name);
+    const started = performance.now();
+    const value = await fn({ key: deriveStepKey(this.call.id, name) });
+    this.scope.emit({
+      result: 'step',
+      name: this.call.name,
+      keyHash: this.call.keyHash,
+      durationMs: performance.now() - started,
+      step: name,
+      reason: 'unprotected',
+    });
+    return value;
+  }
+
+  stepKey(name: string): string {
+    checkStepName(name);
+    return deriveStepKey(this.call.id, name);
+  }
+}
