@@ -271,6 +271,11 @@ describe('error helpers', () => {
     const newer = { data: { httpStatus: 500, idempotency: { reason: 'from_the_future' } } };
     expect(getIdempotencyReason(newer)).toBe('from_the_future');
     expect(isRetryableError(newer)).toBe(false);
+    // a step whose result was not recorded released the key: retried; the server's step bugs are final
+    const step = (reason: string) => ({ data: { httpStatus: 500, idempotency: { reason } } });
+    expect(isRetryableError(step('step_unrecorded'))).toBe(true);
+    expect(isRetryableError(step('step_mismatch'))).toBe(false);
+    expect(isRetryableError(step('step_misuse'))).toBe(false);
     expect(isIdempotencyError({ data: { idempotency: { reason: 42 } } })).toBe(false);
     expect(isIdempotencyError(new Error('x'))).toBe(false);
     expect(getHttpStatus({ data: { code: 'GATEWAY_TIMEOUT' } })).toBe(504);

@@ -144,8 +144,10 @@ export function isAbortError(error: unknown): boolean {
 /**
  * The default retry policy: true when a retry with the same key can succeed
  * and cannot run the operation twice.
- * - the reason, when the server sent one: `in_progress` and `store_unavailable`
- *   are retried; every other reason is final (key and payload errors, and
+ * - the reason, when the server sent one: `in_progress`, `store_unavailable`
+ *   and `step_unrecorded` (a step's result could not be recorded: the key was
+ *   released, and the retry runs that step again under its derived key) are
+ *   retried; every other reason is final (key and payload errors, and
  *   `response_too_large`: the procedure ran, nothing was stored, a retry
  *   would run it again);
  * - else the status: {@link RETRYABLE_STATUSES}, a 409 only when it is the
@@ -157,7 +159,9 @@ export function isAbortError(error: unknown): boolean {
  */
 export function isRetryableError(error: unknown): boolean {
   const reason = getIdempotencyReason(error);
-  if (reason !== undefined) return reason === 'in_progress' || reason === 'store_unavailable';
+  if (reason !== undefined) {
+    return reason === 'in_progress' || reason === 'store_unavailable' || reason === 'step_unrecorded';
+  }
   const status = getHttpStatus(error);
   // The idempotency layer's 409 carries Retry-After where headers can (and
   // its message always); a 409 the procedure threw itself ("already exists")
