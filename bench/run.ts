@@ -340,23 +340,30 @@ async function main() {
     'express-baseline': Math.round(peakOf('express-baseline') / 2),
   };
   log(`latency at a fixed rate: ${rateOf.baseline} req/s (tRPC), ${rateOf['express-baseline']} req/s (Express)`);
-  const paced: { name: string; round: number; variant: LoadResult; before: LoadResult; after: LoadResult }[] = [];
+  type PacedResult = LoadResult & { server_cpu_us_per_req: number };
+  const paced: { name: string; round: number; variant: PacedResult; before: PacedResult; after: PacedResult }[] = [];
+  // The server's CPU per request too: at a rate both sides sustain, it is what a request costs, free of
+  // what saturating two shared cores does to each side (see the report's method note).
   const pacedRun = async (name: string, server: Server, keys: LoadCommand['keys'], rate: number) => {
     await load({ type: 'paced', url: server.url, duration: WARMUP, rate, keys });
+    const cpuBefore = cpuMicros(server.pid);
     const result = await load({ type: 'paced', url: server.url, duration: PACED_DURATION, rate, keys });
+    const server_cpu_us_per_req = (cpuMicros(server.pid) - cpuBefore) / result.total;
     log(
-      `${`${name} @${rate}/s`.padEnd(34)} p50 ${(result.p50_ms * 1000).toFixed(0)} µs  p99 ${(result.p99_ms * 1000).toFixed(0)} µs`,
+      `${`${name} @${rate}/s`.padEnd(34)} p50 ${(result.p50_ms * 1000).toFixed(0)} µs  p99 ${(result.p99_ms * 1000).toFixed(0)} µs  cpu ${server_cpu_us_per_req.toFixed(0)} µs/req`,
     );
-    return result;
+    return { ...result, server_cpu_us_per_req };
   };
   for (let round = 1; round <= ROUNDS; round++) {
-    let before: { name: string; result: LoadResult } | undefined;
+    let before: { name: string; rate: number; result: PacedResult } | undefined;
     for (const step of plan) {
       // Half the peak of the slower of the pair: a rate both sustain, so neither measures its queue.
       const rate = Math.min(rateOf[step.baseline as keyof typeof rateOf], Math.round(peakOf(step.name) / 2));
-      if (before?.name !== step.baseline) {
+      // The previous pair's last baseline run serves as this pair's first only at the same rate.
+      if (before?.name !== step.baseline || before.rate !== rate) {
         before = {
           name: step.baseline,
+          rate,
           result: await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate),
         };
       }
@@ -368,7 +375,7 @@ async function main() {
       const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
       const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
       paced.push({ name: step.name, round, variant, before: before.result, after });
-      before = { name: step.baseline, result: after };
+      before = { name: step.baseline, rate, result: after };
     }
   }
 
@@ -491,6 +498,19 @@ async function main() {
       baseline_p99_us: us(base99),
       added_p50_us: us(median(mine.map((p) => p.variant.p50_ms - (p.before.p50_ms + p.after.p50_ms) / 2))),
       added_p99_us: us(median(mine.map((p) => p.variant.p99_ms - (p.before.p99_ms + p.after.p99_ms) / 2))),
+      server_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.server_cpu_us_per_req))),
+      baseline_server_cpu_us_per_req: Math.round(
+        median(mine.map((p) => (p.before.server_cpu_us_per_req + p.after.server_cpu_us_per_req) / 2)),
+      ),
+      // The baselines' CPU per request over the variant's, per round: a throughput ratio's counterpart at equal load.
+      cost_ratio: round3(
+        median(
+          mine.map(
+            (p) =>
+              (p.before.server_cpu_us_per_req + p.after.server_cpu_us_per_req) / 2 / p.variant.server_cpu_us_per_req,
+          ),
+        ),
+      ),
       non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
     };
   });

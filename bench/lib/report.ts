@@ -37,6 +37,11 @@ interface Latency {
   baseline_p99_us: number;
   added_p50_us: number;
   added_p99_us: number;
+  /** Server CPU per request at this rate (absent in records made before it was measured). */
+  server_cpu_us_per_req?: number;
+  baseline_server_cpu_us_per_req?: number;
+  /** The baselines' CPU per request over the variant's, median over the rounds. */
+  cost_ratio?: number;
   non2xx: number;
 }
 
@@ -75,12 +80,16 @@ export function previousOf(markdown: string): Previous | undefined {
 
 function latencyTable(rows: Latency[]): string {
   const lines = [
-    '| Variant | Rate req/s | p50 / p99 µs | Baseline p50 / p99 µs | Added p50 / p99 µs |',
-    '| --- | ---: | --- | --- | --- |',
+    '| Variant | Rate req/s | p50 / p99 µs | Baseline p50 / p99 µs | Added p50 / p99 µs | Server CPU µs/req (baseline) | Cost ratio |',
+    '| --- | ---: | --- | --- | --- | --- | ---: |',
   ];
   for (const r of rows) {
+    const cpu =
+      r.server_cpu_us_per_req === undefined
+        ? '| |'
+        : `| ${fmt(r.server_cpu_us_per_req)} (${fmt(r.baseline_server_cpu_us_per_req ?? Number.NaN)}) | **${(r.cost_ratio ?? Number.NaN).toFixed(2)}** |`;
     lines.push(
-      `| ${r.name} | ${fmt(r.rate)} | ${fmt(r.p50_us)} / ${fmt(r.p99_us)} | ${fmt(r.baseline_p50_us)} / ${fmt(r.baseline_p99_us)} | **${fmt(r.added_p50_us)}** / ${fmt(r.added_p99_us)} |${r.non2xx > 0 ? ` ⚠ ${r.non2xx} errors` : ''}`,
+      `| ${r.name} | ${fmt(r.rate)} | ${fmt(r.p50_us)} / ${fmt(r.p99_us)} | ${fmt(r.baseline_p50_us)} / ${fmt(r.baseline_p99_us)} | **${fmt(r.added_p50_us)}** / ${fmt(r.added_p99_us)} ${cpu}${r.non2xx > 0 ? ` ⚠ ${r.non2xx} errors` : ''}`,
     );
   }
   return lines.join('\n');
@@ -208,6 +217,18 @@ export function renderTable(results: Results): string {
 
 const met = (ok: boolean) => (ok ? 'met' : '**not met**');
 
+/** The no-I/O floor's CPU per request at saturation and at a fixed rate, each beside its baseline's. */
+function noIoNote(results: Results): string {
+  const sat = results.rows.find((r) => r.name === 'floor-no-io-handler');
+  const fixed = results.latency.find((r) => r.name === 'floor-no-io-handler');
+  if (sat === undefined || fixed?.server_cpu_us_per_req === undefined) return 'not measured in this run';
+  return (
+    `its handler does less than the baseline's, yet at saturation it took ${fmt(sat.server_cpu_us_per_req)} µs of server CPU per request ` +
+    `against the baseline's ${fmt(sat.baseline_server_cpu_us_per_req)}, and at ${fmt(fixed.rate)} req/s ${fmt(fixed.server_cpu_us_per_req)} ` +
+    `against ${fmt(fixed.baseline_server_cpu_us_per_req ?? Number.NaN)}`
+  );
+}
+
 function targetsTable(results: Results): string {
   const row = (name: string) => results.rows.find((r) => r.name === name);
   const ratio = (name: string) => row(name)?.ratio ?? Number.NaN;
@@ -220,6 +241,10 @@ function targetsTable(results: Results): string {
   const floor = ratio('floor-2-redis-round-trips');
   const redisReplay = row('redis-replay')!;
   const pgFirst = row('postgres-first')!;
+  const fixedRow = (name: string) => results.latency.find((r) => r.name === name);
+  const cost = (name: string) => fixedRow(name)?.cost_ratio ?? Number.NaN;
+  const fixedCpu = (name: string) =>
+    `${fmt(fixedRow(name)?.server_cpu_us_per_req ?? Number.NaN)} vs ${fmt(fixedRow(name)?.baseline_server_cpu_us_per_req ?? Number.NaN)} µs`;
   const t = (what: string, measured: string, ok: boolean) => `| ${what} | ${measured} | ${met(ok)} |`;
   return [
     '| Target | Measured | |',
@@ -236,6 +261,16 @@ function targetsTable(results: Results): string {
         redisReplay.server_cpu_us_per_req < redisReplay.baseline_server_cpu_us_per_req,
     ),
     t('Memory, replay: ≥ 0.95', ratio('memory-replay').toFixed(2), ratio('memory-replay') >= 0.95),
+    t(
+      'Memory, replay, at a fixed rate: cost ratio ≥ 0.95 (see the latency section)',
+      cost('memory-replay').toFixed(2),
+      cost('memory-replay') >= 0.95,
+    ),
+    t(
+      'Redis, replay, at a fixed rate: less server CPU per request than the bare procedure',
+      `${fixedCpu('redis-replay')}; cost ratio ${cost('redis-replay').toFixed(2)}`,
+      cost('redis-replay') > 1,
+    ),
     t(
       'PostgreSQL: first ≥ 0.5, replay ≥ 0.8',
       `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}`,
@@ -344,7 +379,12 @@ ${targetsTable(results)}
 Each variant and its baseline at one rate, half the lower of their two peak throughputs (so that both sustain it), open loop
 (requests leave on schedule whether or not earlier ones have answered), timed to the microsecond by the load process, A B A B
 over ${results.settings.rounds} rounds; *added* is the variant's percentile minus its baselines', median over the rounds: what
-an application that is not saturated feels per request.
+an application that is not saturated feels per request. The server's CPU per request is measured over the same window;
+the *cost ratio* is the baselines' CPU per request over the variant's (median over the rounds): the counterpart of a
+throughput ratio at equal load. At saturation the server, the load generator, Redis and PostgreSQL compete for the same
+${results.machine.cores} cores, and what a request costs then depends on how the cores are shared as well as on its own work (the
+no-I/O floor shows it: ${noIoNote(results)}); at a fixed rate both sides see the same arrivals, so the cost ratio compares
+their work.
 
 ${latencyTable(results.latency)}
 
