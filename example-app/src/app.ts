@@ -11,6 +11,7 @@ import {
   type IdempotencyStore,
   idempotencyErrorFormatter,
   memoryStore,
+  steps,
   withIdempotency,
 } from 'trpc-idempotency';
 import { drizzleStore, type TransactionOf } from 'trpc-idempotency/drizzle';
@@ -18,6 +19,7 @@ import { openTelemetry } from 'trpc-idempotency/otel';
 import { redisStore } from 'trpc-idempotency/redis';
 import { z } from 'zod';
 import type { Db } from './db.js';
+import { type ProviderCharge, providerClient } from './provider.js';
 import { charges, refunds } from './schema.js';
 
 export type StoreKind = 'memory' | 'redis' | 'postgres';
@@ -30,22 +32,32 @@ export interface AppOptions {
   /** Key prefix in Redis, so several deployments can share one server. */
   redisPrefix?: string;
   instanceId: string;
+  /** The card provider's base URL (see provider.ts). */
+  providerUrl: string;
   /** How long a charge takes at the "card network", in ms. */
   chargeDelayMs: number;
   /** The claim's lifetime, in ms. */
   lockTtl: number;
   onEvent?: (event: IdempotencyEvent & { instance: string }) => void;
+  /**
+   * The demo's crash: called after a payment whose request asked for it (header
+   * `x-demo-crash: after-charge`) ran and recorded its charge step, before the
+   * ledger write. It ends the process. Left out, the header is ignored.
+   */
+  crashAfterCharge?: () => never;
 }
 
 export function createContext({ req, res }: CreateHTTPContextOptions) {
   // A real service authenticates here; the demo trusts a header so you can play two users.
   const userId = String(req.headers['x-user'] ?? 'demo-user');
-  return { req, res, userId };
+  const crashAfterCharge = req.headers['x-demo-crash'] === 'after-charge';
+  return { req, res, userId, crashAfterCharge };
 }
 type Context = ReturnType<typeof createContext>;
 
 export async function createApp(options: AppOptions) {
   const { db, instanceId, chargeDelayMs } = options;
+  const provider = providerClient(options.providerUrl);
 
   let store: IdempotencyStore;
   let redis: Redis | undefined;
@@ -97,13 +109,41 @@ export async function createApp(options: AppOptions) {
             clientTimestamp: z.number().optional(),
           }),
         )
-        .mutation(async ({ input, ctx }) => {
-          await new Promise((resolve) => setTimeout(resolve, chargeDelayMs)); // the card network
+        .mutation(async (opts) => {
+          const { input, ctx } = opts;
+          const { step } = steps(opts);
+          // The charge at the provider is a recovery point: once it is recorded, a retry after a
+          // crash (on any instance) gets this charge back instead of charging again. The provider
+          // call carries the step's derived key, so a crash inside the call is deduplicated there.
+          let ran = false;
+          const charged = await step('charge', async ({ key }): Promise<ProviderCharge & { instance: string }> => {
+            ran = true;
+            await new Promise((resolve) => setTimeout(resolve, chargeDelayMs)); // the card network
+            try {
+              return { ...(await provider.charge(input, key)), instance: instanceId };
+            } catch (error) {
+              throw new TRPCError({ code: 'BAD_GATEWAY', message: (error as Error).message, cause: error });
+            }
+          });
+          // Only the attempt that charged crashes: a retry that resumed the step goes on.
+          if (ran && ctx.crashAfterCharge) options.crashAfterCharge?.();
           const [charge] = await ledger()
             .insert(charges)
-            .values({ userId: ctx.userId, amount: input.amount, currency: input.currency, instance: instanceId })
+            .values({
+              userId: ctx.userId,
+              amount: input.amount,
+              currency: input.currency,
+              instance: instanceId,
+              providerChargeId: charged.id,
+            })
             .returning();
-          return charge!;
+          return {
+            ...charge!,
+            /** The provider's charge, and the instance whose attempt made it. */
+            provider: { id: charged.id, key: charged.key, instance: charged.instance },
+            /** The steps this execution ran, and those it took over from an attempt that did not finish. */
+            steps: { ran: ran ? ['charge'] : [], resumed: ran ? [] : ['charge'] },
+          };
         }),
 
       // Refunds are kept a week and a duplicate waits for the first one instead of getting 409.

@@ -1,7 +1,7 @@
 import { integer, pgTable, serial, text, timestamp } from 'drizzle-orm/pg-core';
 
-// The library's table lives in our schema, so our migrations create it too.
-export { idempotencyKeys } from 'trpc-idempotency/drizzle';
+// The library's tables live in our schema, so our migrations create them too.
+export { idempotencyKeys, idempotencySteps } from 'trpc-idempotency/drizzle';
 
 /** The ledger: one row per charge. */
 export const charges = pgTable('charges', {
@@ -11,6 +11,8 @@ export const charges = pgTable('charges', {
   currency: text('currency').notNull(),
   /** Which instance ran the charge. */
   instance: text('instance').notNull(),
+  /** The card provider's id of the charge (null for rows written before the provider). */
+  providerChargeId: text('provider_charge_id'),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
 });
 

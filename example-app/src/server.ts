@@ -4,6 +4,7 @@
  * env: PORT (3000; 0 picks a free port), INSTANCE_ID (hostname-based),
  *      IDEMPOTENCY_STORE (memory | redis | postgres; memory), REDIS_URL, REDIS_PREFIX,
  *      DATABASE_URL (the ledger; PGlite in memory when unset), LOCK_TTL (ms, 30000),
+ *      PROVIDER_URL (the card provider; one started in this process when unset),
  *      CHARGE_DELAY_MS (1500), LOG_EVENTS (1)
  */
 import { readFile } from 'node:fs/promises';
@@ -18,6 +19,7 @@ import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import { createApp, createContext, type StoreKind } from './app.js';
 import { openDatabase } from './db.js';
+import { startProvider } from './provider.js';
 
 const env = process.env;
 const port = Number(env.PORT ?? 3000);
@@ -55,6 +57,14 @@ const meterProvider = new MeterProvider({
 });
 metrics.setGlobalMeterProvider(meterProvider);
 
+// Instances that share a store share one provider (PROVIDER_URL); alone, the demo brings its own.
+const ownProvider = env.PROVIDER_URL ? undefined : await startProvider();
+const providerUrl = env.PROVIDER_URL || ownProvider!.url;
+// The crash control needs another instance to take over the payment, so a store they share: with
+// the memory store the claim and the recorded charge step die with the process.
+const crashable = storeKind !== 'memory';
+const lockTtl = Number(env.LOCK_TTL ?? 30_000);
+
 const database = await openDatabase(env.DATABASE_URL);
 const app = await createApp({
   db: database.db,
@@ -62,10 +72,19 @@ const app = await createApp({
   redisUrl: env.REDIS_URL,
   redisPrefix: env.REDIS_PREFIX,
   instanceId,
+  providerUrl,
   chargeDelayMs: Number(env.CHARGE_DELAY_MS ?? 1_500),
-  lockTtl: Number(env.LOCK_TTL ?? 30_000),
+  lockTtl,
   onEvent:
     env.LOG_EVENTS === '0' ? undefined : (event) => console.log(JSON.stringify({ event: 'idempotency', ...event })),
+  crashAfterCharge: crashable
+    ? () => {
+        // As a power cut would: no response, no cleanup, the claim left to expire.
+        console.log(JSON.stringify({ event: 'crash', instance: instanceId }));
+        process.kill(process.pid, 'SIGKILL');
+        throw new Error('unreachable: SIGKILL ends the process');
+      }
+    : undefined,
 });
 
 const trpc = createHTTPHandler({ router: app.appRouter, createContext, basePath: '/trpc' });
@@ -105,6 +124,12 @@ ready(async (req, res) => {
     res.writeHead(204).end();
     return;
   }
+  if (req.method === 'GET' && url.pathname === '/demo/config') {
+    // What the page needs to know to offer the crash control and to retry long enough for it.
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ instance: instanceId, store: storeKind, lockTtl, crashable }));
+    return;
+  }
   if (req.method === 'GET' && url.pathname === '/metrics') {
     prometheus.getMetricsRequestHandler(req, res);
     return;
@@ -137,6 +162,7 @@ const post = (key: string, body: string) =>
   `curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
 console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
 idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
+card provider: ${providerUrl}${ownProvider === undefined ? '' : ' (in this process)'}; the crash control is ${crashable ? 'on' : 'off (it needs several instances sharing a redis or postgres store)'}
 
 Open ${base} for the checkout page, or try:
 First call, runs the charge:
@@ -151,6 +177,8 @@ No key: 400
   curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -d '{"amount":1000,"currency":"EUR"}'
 The ledger:
   curl -s ${base}/trpc/payments.list
+The charges at the card provider (one per key, however often it was sent):
+  curl -s ${providerUrl}/charges
 Metrics (OpenTelemetry, Prometheus format):
   curl -s ${base}/metrics | grep idempotency
 `);
@@ -159,6 +187,8 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     server.close();
     server.closeAllConnections();
-    void Promise.all([app.close(), database.close(), meterProvider.shutdown()]).finally(() => process.exit(0));
+    void Promise.all([app.close(), database.close(), meterProvider.shutdown(), ownProvider?.close()]).finally(() =>
+      process.exit(0),
+    );
   });
 }

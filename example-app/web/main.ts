@@ -1,10 +1,12 @@
 import { createTRPCClient, httpBatchLink } from '@trpc/client';
 import {
   createIdempotencyKey,
+  DEFAULT_RETRY,
   getHttpStatus,
   getIdempotencyReason,
   idempotencyHeaders,
   idempotencyLink,
+  isRetryableError,
 } from 'trpc-idempotency/client';
 import type { AppRouter } from '../src/app.js';
 
@@ -59,10 +61,38 @@ async function fetchAndRead(input: RequestInfo | URL | string, init?: RequestIni
   return response;
 }
 
+/** What the server says about itself (GET /demo/config). */
+interface DemoConfig {
+  instance: string;
+  store: string;
+  /** The claim's lifetime, in ms: how long a crashed instance's payment stays locked. */
+  lockTtl: number;
+  /** Whether another instance can take over a crashed one's payment (a store they share). */
+  crashable: boolean;
+}
+let config: DemoConfig = { instance: 'unknown', store: 'memory', lockTtl: 30_000, crashable: false };
+
+/**
+ * Attempts per payment that meets 409: enough to outlast the claim of a crashed
+ * instance. Each retry of a 409 waits at least its Retry-After (1 s), so after
+ * lockTtl / 1 s retries the claim has expired; a few more cover the crash and
+ * the takeover. Other failures keep the link's default.
+ */
+const attemptsFor = (error: unknown) =>
+  getHttpStatus(error) === 409 ? Math.ceil(config.lockTtl / 1_000) + 5 : DEFAULT_RETRY.maxAttempts;
+
+// "Crash this instance mid-payment": the next payments.create request carries
+// `x-demo-crash: after-charge`, once; the link's retries go without it.
+let crashNext = false;
+
 const client = createTRPCClient<AppRouter>({
   links: [
     idempotencyLink({
       baseDelayMs: 300,
+      // A 409 is retried about once a second (its Retry-After), for as long as attemptsFor allows.
+      maxDelayMs: 2_000,
+      maxAttempts: 1_000,
+      retry: ({ error, attempts }) => attempts < attemptsFor(error) && isRetryableError(error),
       onRetry: ({ op, attempts, key, delayMs, error }) => {
         log(
           `attempt ${attempts} failed (${error.message}); retrying with the same key ${short(key)} in ${Math.round(delayMs)} ms`,
@@ -75,7 +105,13 @@ const client = createTRPCClient<AppRouter>({
     }),
     httpBatchLink({
       url: '/trpc',
-      headers: idempotencyHeaders(),
+      headers: idempotencyHeaders({
+        headers: ({ opList }) => {
+          if (!crashNext || !opList.some((op) => op.path === 'payments.create')) return {};
+          crashNext = false;
+          return { 'x-demo-crash': 'after-charge' };
+        },
+      }),
       fetch: (input, init) => fetchAndRead(input, init as RequestInit),
     }),
   ],
@@ -127,15 +163,31 @@ async function send(key: string, amount: number, currency: Currency, what: strin
     log(`charge #${charge.id} (run on ${charge.instance})`);
     const ran = charge.instance === instance ? '' : `charged on ${charge.instance}`;
     const charged = `charge #${charge.id}, ${money(charge.amount, charge.currency)}`;
+    const atProvider = `provider charge ${charge.provider.id}`;
+    line.dataset.resumed = charge.steps.resumed.join(',');
     if (answer?.replayed) {
       show(
         call,
         'replayed',
         `Replayed — originally charged at ${clock(charge.createdAt)}`,
         `${charged}, not charged again`,
+        atProvider,
         `key ${short(key)}`,
         `answered by ${instance}`,
         ran,
+      );
+    } else if (charge.steps.resumed.includes('charge')) {
+      // The attempt that charged died before its ledger write; this one took over after its claim
+      // expired, got the recorded charge step back, and wrote the ledger row.
+      log(`resumed after the charge step recorded by ${charge.provider.instance}: ${atProvider} reused`);
+      show(
+        call,
+        'resumed',
+        `Charge reused from the crashed attempt on ${charge.provider.instance}; finished by ${instance}`,
+        `${atProvider} made once by ${charge.provider.instance}, not charged again`,
+        `ledger ${charged} written by ${charge.instance} at ${clock(charge.createdAt)}`,
+        `key ${short(key)}`,
+        `answered by ${instance}`,
       );
     } else {
       show(
@@ -143,6 +195,7 @@ async function send(key: string, amount: number, currency: Currency, what: strin
         'charged',
         `Charged at ${clock(charge.createdAt)}`,
         charged,
+        atProvider,
         `key ${short(key)}`,
         `answered by ${instance}`,
         ran,
@@ -197,6 +250,14 @@ $<HTMLInputElement>('drop').addEventListener('change', async (event) => {
   }
 });
 
+$<HTMLInputElement>('crash').addEventListener('change', (event) => {
+  if ((event.target as HTMLInputElement).checked) {
+    log(
+      'the instance that takes the next payment will crash right after its charge step is recorded, before the ledger write',
+    );
+  }
+});
+
 const form = () => ({
   amount: Number($<HTMLInputElement>('amount').value),
   currency: $<HTMLSelectElement>('currency').value as Currency,
@@ -208,9 +269,11 @@ $<HTMLFormElement>('checkout').addEventListener('submit', async (event) => {
   const { amount, currency } = form();
   last = { key, amount, currency };
   $<HTMLButtonElement>('resend').disabled = false;
+  crashNext = $<HTMLInputElement>('crash').checked;
   const error = await send(key, amount, currency, 'Pay');
   payment.settle(error);
   $<HTMLInputElement>('drop').checked = false;
+  $<HTMLInputElement>('crash').checked = false;
   await refresh();
 });
 
@@ -222,4 +285,15 @@ $<HTMLButtonElement>('resend').addEventListener('click', async () => {
   await refresh();
 });
 
+async function configure() {
+  config = (await (await fetch('/demo/config')).json()) as DemoConfig;
+  const crash = $<HTMLInputElement>('crash');
+  crash.disabled = !config.crashable;
+  $('crash-note').textContent = config.crashable
+    ? `Another instance finishes the payment once the crashed one's claim expires (lockTtl ${config.lockTtl / 1_000} s).`
+    : `Off with the ${config.store} store: it needs several instances sharing a Redis or PostgreSQL store, so that another one can take over the payment (see the README).`;
+  document.body.dataset.ready = 'true';
+}
+
+void configure();
 void refresh();
