@@ -13,8 +13,8 @@ export interface LoadOptions {
   holdMs?: () => number;
   /** A key that has not succeeded this long after it was first sent counts as stuck. @default 30_000 */
   giveUpMs?: number;
-  /** Mutation path. @default 'pay' */
-  path?: string;
+  /** Mutation path, or each key's (every duplicate of a key must go to the same procedure). @default 'pay' */
+  path?: string | ((key: string) => string);
   /** Stops early when it returns true. */
   stop?: () => boolean;
   /** Called with every HTTP attempt once it is answered (or failed), for timelines. */
@@ -65,7 +65,8 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 /**
  * Drives `pay` (or `path`) like real clients with idempotency keys: each
- * operation keeps its key and retries 409, 503 and network failures with a
+ * operation keeps its key and retries 409, 503, network failures and a 500
+ * `step_unrecorded` (which releases the key) with a
  * short jittered backoff until it succeeds, on any live instance. A share of
  * operations reuse a recent key (a duplicate submit, a retry from another
  * tab), some while the first is in flight, some after it finished.
@@ -75,6 +76,8 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const duplicateRatio = options.duplicateRatio ?? 0.2;
   const holdMs = options.holdMs ?? (() => 5);
   const giveUpMs = options.giveUpMs ?? 30_000;
+  const pathOf =
+    typeof options.path === 'function' ? options.path : () => (options.path as string | undefined) ?? 'pay';
   const keys = new Map<string, KeyRecord>();
   const recent: string[] = [];
   const byStatus: Record<string, number> = {};
@@ -89,6 +92,7 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   async function operation(key: string) {
     const record = keys.get(key)!;
     const input = { amount: amountOf(key), holdMs: holdMs() };
+    const path = pathOf(key);
     const sentAt = Date.now();
     let refusedAt: number | undefined;
     for (let attempt = 0; ; attempt++) {
@@ -96,9 +100,7 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
       const url = live[Math.floor(Math.random() * live.length)];
       const attemptAt = Date.now();
       const result =
-        url === undefined
-          ? { status: 0, replayed: false }
-          : await pay(url, key, input, { timeoutMs: 15_000, ...(options.path ? { path: options.path } : {}) });
+        url === undefined ? { status: 0, replayed: false } : await pay(url, key, input, { timeoutMs: 15_000, path });
       requests++;
       byStatus[result.status] = (byStatus[result.status] ?? 0) + 1;
       options.onAttempt?.({
@@ -120,7 +122,9 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
         perSecond[second] = (perSecond[second] ?? 0) + 1;
         return;
       }
-      if (result.status !== 409 && result.status !== 503 && result.status !== 0) {
+      // A step whose result the store could not record: the key was given back for a retry (docs/steps.md).
+      const retryable = result.status === 500 && 'reason' in result && result.reason === 'step_unrecorded';
+      if (result.status !== 409 && result.status !== 503 && result.status !== 0 && !retryable) {
         record.failed = `unexpected ${result.status} ${JSON.stringify(result)}`;
         return;
       }
