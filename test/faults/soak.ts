@@ -118,6 +118,7 @@ lines.push(
   `  clients                    ${report.concurrency}`,
   `  operations                 ${report.operations} (${report.operationsPerSecond}/s), of which duplicates ${report.duplicates}`,
   `  HTTP requests              ${report.requests} (${report.requestsPerSecond}/s) ${JSON.stringify(report.byStatus)}`,
+  `  refusals, by status and reason ${JSON.stringify(report.refusals)}`,
   `  replayed answers           ${report.replayed}`,
   `  keys                       ${report.keys}: ${report.keysAfterLastRestart} created after ${after}, ${report.keysBeforeLastRestart} before`,
   `  executions                 ${report.executions}`,

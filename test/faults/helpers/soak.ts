@@ -177,6 +177,8 @@ export interface SoakReport {
   requestsPerSecond: number;
   operationsPerSecond: number;
   byStatus: Record<string, number>;
+  /** Answers other than 200, by status and reason: see {@link LoadResult.refusals}. */
+  refusals: Record<string, number>;
   replayed: number;
   keys: number;
   executions: number;
@@ -716,6 +718,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       requestsPerSecond: Math.round(result.requests / seconds),
       operationsPerSecond: Math.round(result.operations / seconds),
       byStatus: result.byStatus,
+      refusals: result.refusals,
       replayed: result.replayed,
       keys: result.keys.size,
       executions,
