@@ -123,7 +123,7 @@ lines.push(
   `  keys                       ${report.keys}: ${report.keysAfterLastRestart} created after ${after}, ${report.keysBeforeLastRestart} before`,
   `  executions                 ${report.executions}`,
   `  re-runs after a crash      ${report.reRunsAfterCrash} (the process running it was killed; its claim expired; by design)`,
-  `  re-runs after a release    ${report.reRunsAfterRelease} (payInSteps: a step it could not record gave its key back; by design)`,
+  `  re-runs after an unrecorded step ${report.reRunsAfterUnrecordedStep} (payInSteps: the earlier run stopped at a step it could not record; the retry resumed; by design)`,
   `  earliest such re-run       ${report.minReRunDelayMs ?? '-'} ms after the kill`,
 );
 if (report.redisPersist) {

@@ -149,11 +149,14 @@ export interface RedisPauseReport {
  *   killed before the later one started (its claim expired: by design), and
  *   the earlier run had not stored its outcome where the later one claimed
  *   (a stored outcome does not die with its process);
- * - a re-run after a release (`payInSteps` keys only): the earlier run gave
- *   its key back (a step whose result it could not record answers 500
- *   `step_unrecorded`), or its release failed and its claim expired; the
- *   later run resumes after the recorded steps (see {@link StepsReport} for
- *   the steps themselves);
+ * - a re-run after an unrecorded step (`payInSteps` keys only): the earlier
+ *   run stopped at a step whose result it could not record, and stored no
+ *   outcome. Its pod logged why: the store failed to record it (`save_step`,
+ *   a 500 `step_unrecorded` that releases the key), or the claim was lost
+ *   (`lease_lost`, an `in_progress` error), or the release that follows
+ *   either (`released`, or a failed `release` that leaves the claim to
+ *   expire). The later run resumes after the recorded steps, by design;
+ *   {@link StepsReport} checks that no recorded step runs again;
  * - anything else is a double execution, for any key. Nothing is excused by a
  *   pause: it is shorter than lockTtl. Redis expires keys by their absolute
  *   expiry time, so a SIGSTOP does not stop a TTL: after SIGCONT, a key whose
@@ -230,8 +233,8 @@ export interface SoakReport {
   examples: string[];
   /** A few examples of what an empty restart did (excused), with the key's timeline. */
   notes: string[];
-  /** Runs of a `payInSteps` key after the earlier run released its key (a step it could not record: 500 `step_unrecorded`), by design. */
-  reRunsAfterRelease: number;
+  /** Runs of a `payInSteps` key after the earlier run stopped at a step it could not record (see above), by design. */
+  reRunsAfterUnrecordedStep: number;
   /** The steps of `payInSteps`: see {@link StepsReport}. */
   steps: StepsReport;
 }
@@ -511,7 +514,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const outcomeLostKeys = new Set<string>();
     let doubleExecutions = 0;
     let doubleExecutionsAfterLastRestart = 0;
-    let reRunsAfterRelease = 0;
+    let reRunsAfterUnrecordedStep = 0;
     for (const [key, list] of runs) {
       list.sort((x, y) => x.at - y.at);
       let doubled = false;
@@ -558,18 +561,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           // A later run is allowed once the process running the earlier one was dead (its claim expired).
           reRunsAfterCrash++;
           minReRunDelayMs = Math.min(minReRunDelayMs ?? Infinity, later.at - killedAt);
-        } else if (
-          pathOf(key) === 'payInSteps' &&
-          keyEvents.some(
-            (e) =>
-              e.pod === earlier.pod &&
-              e.at >= earlier.at &&
-              e.at <= later.at &&
-              (e.result === 'released' || (e.result === 'store_error' && e.detail === 'release')),
-          )
-        ) {
-          // The earlier run gave its key back (a step it could not record), or tried to and its claim expired.
-          reRunsAfterRelease++;
+        } else if (pathOf(key) === 'payInSteps' && stoppedAtUnrecordedStep(keyEvents, earlier, later)) {
+          reRunsAfterUnrecordedStep++;
         } else {
           doubleExecutions++;
           if (isAfter(key)) doubleExecutionsAfterLastRestart++;
@@ -746,7 +739,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       events,
       examples,
       notes,
-      reRunsAfterRelease,
+      reRunsAfterUnrecordedStep,
       steps: {
         keys: [...result.keys.keys()].filter((key) => pathOf(key) === 'payInSteps').length,
         runs: stepRuns,
@@ -754,6 +747,23 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         reRuns: stepReRuns,
       },
     };
+
+    /**
+     * The earlier run of a `payInSteps` key stopped at a step it could not record, before the later run:
+     * its pod logged a failed `save_step`, a lost claim or a release, and no stored outcome.
+     */
+    function stoppedAtUnrecordedStep(keyEvents: PodEvent[], earlier: Run, later: Run): boolean {
+      const between = keyEvents.filter((e) => e.pod === earlier.pod && e.at >= earlier.at && e.at <= later.at);
+      return (
+        !between.some((e) => e.result === 'completed') &&
+        between.some(
+          (e) =>
+            e.result === 'released' ||
+            e.result === 'lease_lost' ||
+            (e.result === 'store_error' && (e.detail === 'save_step' || e.detail === 'release')),
+        )
+      );
+    }
 
     /** A key's step lines, in order, in seconds from the start of the load. */
     function stepStory(key: string): string {
