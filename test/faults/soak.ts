@@ -1,6 +1,7 @@
 /**
  * `npm run soak`: the 2-minute soak. Two app processes on Redis, clients with
- * 20% duplicate keys, one process killed with SIGKILL and started again every
+ * 20% duplicate keys (30% of keys charged in two recovery points, `payInSteps`,
+ * the others by `pay`), one process killed with SIGKILL and started again every
  * 20 s, and the store's Redis restarted twice (SIGKILL, then started again on
  * the same port, without persistence: it comes back empty; the first at once,
  * the second after 1.5 s down, longer than the 1 s store timeout, so that
@@ -10,7 +11,8 @@
  * It first finds the client concurrency with the highest throughput on this
  * machine (a few seconds each, no faults), then soaks at it and prints the
  * counts. Exits non-zero if anything ran twice without a crash or an empty
- * restart to explain it, was lost, or got stuck.
+ * restart to explain it (a step whose result was recorded, included), was
+ * lost, or got stuck.
  *
  * env:
  *   SOAK_MS           duration (default 120000)
@@ -116,10 +118,12 @@ lines.push(
   `  clients                    ${report.concurrency}`,
   `  operations                 ${report.operations} (${report.operationsPerSecond}/s), of which duplicates ${report.duplicates}`,
   `  HTTP requests              ${report.requests} (${report.requestsPerSecond}/s) ${JSON.stringify(report.byStatus)}`,
+  `  refusals, by status and reason ${JSON.stringify(report.refusals)}`,
   `  replayed answers           ${report.replayed}`,
   `  keys                       ${report.keys}: ${report.keysAfterLastRestart} created after ${after}, ${report.keysBeforeLastRestart} before`,
   `  executions                 ${report.executions}`,
   `  re-runs after a crash      ${report.reRunsAfterCrash} (the process running it was killed; its claim expired; by design)`,
+  `  re-runs after an unrecorded step ${report.reRunsAfterUnrecordedStep} (payInSteps: the earlier run stopped at a step it could not record; the retry resumed; by design)`,
   `  earliest such re-run       ${report.minReRunDelayMs ?? '-'} ms after the kill`,
 );
 if (report.redisPersist) {
@@ -135,7 +139,13 @@ if (report.redisPersist) {
     `  outcomes no longer stored at the end: ${report.outcomesWipedAtEnd} (stored only before a restart wiped them; a retry now would run again)`,
   );
 }
+const st = report.steps;
 lines.push(
+  `  payInSteps (2 steps)       ${st.keys} keys, ${st.runs} step runs, ${st.resumed} steps resumed from the store by a retry (not run again)`,
+  `  step re-runs               ${st.reRuns.total}: SIGKILL inside the step's work ${st.reRuns.killedInStep}, ` +
+    `SIGKILL while its result was recorded ${st.reRuns.killedWhileRecording}, result not recorded (store error, 500 step_unrecorded) ${st.reRuns.unrecorded}, ` +
+    `steps wiped by an empty Redis restart ${st.reRuns.byRedisRestart}`,
+  `  completed steps run again, not explained by one of those: ${st.reRuns.unexplained}`,
   `  double executions of keys created after the last Redis restart: ${report.doubleExecutionsAfterLastRestart}`,
   `  double executions of any key, not explained by a crash or an empty restart: ${report.doubleExecutions}`,
   `  conflicting results        ${report.conflictingResults} not explained (of keys created after the last restart: ${report.conflictingResultsAfterLastRestart})`,
@@ -148,7 +158,11 @@ console.log(`\n${lines.join('\n')}`);
 for (const example of report.examples) console.log(`  ! ${example}`);
 for (const note of report.notes) console.log(`  (for illustration) ${note}`);
 const failed =
-  report.doubleExecutions + report.conflictingResults + report.lostOutcomes + report.stuckKeys > 0 ||
-  report.maxBlockedMs > lockTtl + 3_000;
+  report.doubleExecutions +
+    report.conflictingResults +
+    report.lostOutcomes +
+    report.stuckKeys +
+    report.steps.reRuns.unexplained >
+    0 || report.maxBlockedMs > lockTtl + 3_000;
 console.log(failed ? 'SOAK FAILED' : 'soak passed');
 process.exit(failed ? 1 : 0);

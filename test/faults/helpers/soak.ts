@@ -44,8 +44,51 @@ export interface SoakOptions {
    * @default false
    */
   redisPersist?: boolean;
+  /**
+   * The share of keys sent to `payInSteps` (the charge in two recovery points,
+   * see test/fixtures/pay-app.ts) rather than to `pay`, chosen by a hash of the key.
+   * @default 0.3
+   */
+  stepsShare?: number;
   /** Progress lines. */
   log?: (line: string) => void;
+}
+
+/**
+ * What the soak counted of `payInSteps`' steps. A step *re-run* is a run of a
+ * step's work for a key whose work had already started for that key; each is
+ * compared with the run before it:
+ * - `byRedisRestart`: the later run holds its claim in a later Redis server
+ *   process (without persistence only): the restart wiped the recorded steps;
+ * - `killedInStep`: the process running the earlier one was killed before the
+ *   later one started, inside the step's work (before it ended): by design,
+ *   the step runs again, and the `stepKey` it sends downstream lets the
+ *   downstream service deduplicate it;
+ * - `killedWhileRecording`: killed after the step's work ended, before
+ *   `step()` returned (its result was being recorded), as above;
+ * - `unrecorded`: the earlier run's result could not be recorded (a store
+ *   error on `save_step`, or its claim was lost): a 500 `step_unrecorded`
+ *   released the key, and the retry ran the step again, as documented;
+ * - `unexplained`: anything else, such as a step whose `step()` had returned
+ *   (its result recorded) and that ran again: must be 0.
+ * The pod logs that `step()` returned with a round trip after it did: a kill
+ * in between would count a recorded step as killed while recording.
+ */
+export interface StepsReport {
+  /** Keys sent to `payInSteps`. */
+  keys: number;
+  /** Runs of a step's work. */
+  runs: number;
+  /** Steps a retry got back from the store instead of running them again. */
+  resumed: number;
+  reRuns: {
+    total: number;
+    byRedisRestart: number;
+    killedInStep: number;
+    killedWhileRecording: number;
+    unrecorded: number;
+    unexplained: number;
+  };
 }
 
 /** A restart of the store's Redis. Times are ms from the start of the load. */
@@ -106,6 +149,14 @@ export interface RedisPauseReport {
  *   killed before the later one started (its claim expired: by design), and
  *   the earlier run had not stored its outcome where the later one claimed
  *   (a stored outcome does not die with its process);
+ * - a re-run after an unrecorded step (`payInSteps` keys only): the earlier
+ *   run stopped at a step whose result it could not record, and stored no
+ *   outcome. Its pod logged why: the store failed to record it (`save_step`,
+ *   a 500 `step_unrecorded` that releases the key), or the claim was lost
+ *   (`lease_lost`, an `in_progress` error), or the release that follows
+ *   either (`released`, or a failed `release` that leaves the claim to
+ *   expire). The later run resumes after the recorded steps, by design;
+ *   {@link StepsReport} checks that no recorded step runs again;
  * - anything else is a double execution, for any key. Nothing is excused by a
  *   pause: it is shorter than lockTtl. Redis expires keys by their absolute
  *   expiry time, so a SIGSTOP does not stop a TTL: after SIGCONT, a key whose
@@ -129,6 +180,8 @@ export interface SoakReport {
   requestsPerSecond: number;
   operationsPerSecond: number;
   byStatus: Record<string, number>;
+  /** Answers other than 200, by status and reason: see {@link LoadResult.refusals}. */
+  refusals: Record<string, number>;
   replayed: number;
   keys: number;
   executions: number;
@@ -180,6 +233,10 @@ export interface SoakReport {
   examples: string[];
   /** A few examples of what an empty restart did (excused), with the key's timeline. */
   notes: string[];
+  /** Runs of a `payInSteps` key after the earlier run stopped at a step it could not record (see above), by design. */
+  reRunsAfterUnrecordedStep: number;
+  /** The steps of `payInSteps`: see {@link StepsReport}. */
+  steps: StepsReport;
 }
 
 const PREFIX = 'soak:';
@@ -210,6 +267,11 @@ interface PodEvent extends Run {
   detail: string;
 }
 
+/** A line of a step of `payInSteps`: `step` (its work starts), `stepend` (its work ended), `stepok` (step() returned). */
+interface StepLine extends Run {
+  kind: 'step' | 'stepend' | 'stepok';
+}
+
 type Fault =
   | { kind: 'app-kill'; at: number; pod: string }
   | { kind: 'redis-restart'; at: number; report: RedisRestartReport }
@@ -232,6 +294,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const log = options.log ?? (() => {});
   const restartsAt = options.redisRestartsAt ?? [];
   const pausesAt = options.redisPausesAt ?? [];
+  const stepsShare = options.stepsShare ?? 0.3;
+  const pathOf = (key: string) => ((amountOf(key) % 1_000) / 1_000 < stepsShare ? 'payInSteps' : 'pay');
   if (pausesAt.length > 0 && !(pauseMs < lockTtl))
     throw new Error(`runSoak: a Redis pause (${pauseMs} ms) must be shorter than lockTtl (${lockTtl} ms).`);
 
@@ -366,6 +430,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       concurrency: options.concurrency,
       duplicateRatio: options.duplicateRatio ?? 0.2,
       holdMs: () => 5 + Math.floor(Math.random() * 15),
+      path: pathOf,
       giveUpMs: 30_000,
       onAttempt: (attempt) => attempts.push(attempt),
     });
@@ -400,6 +465,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // executions and events, in order, per key
     const runs = new Map<string, Run[]>();
     const podEvents = new Map<string, PodEvent[]>();
+    /** Lines of the steps of each key, by step name. */
+    const stepLines = new Map<string, Map<string, StepLine[]>>();
     const lines = await once(logUrl, (r) => r.lrange(LOG_KEY, 0, -1));
     let executions = 0;
     for (const line of lines) {
@@ -423,6 +490,13 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         let list = podEvents.get(key);
         if (list === undefined) podEvents.set(key, (list = []));
         list.push({ pod, at: Number(at), server: serverOf(Number(readyAt)), result: eventResult, detail });
+      } else if (parts[0] === 'step' || parts[0] === 'stepend' || parts[0] === 'stepok') {
+        const [kind, pod, key, at, readyAt, name] = parts as [StepLine['kind'], string, string, string, string, string];
+        let byName = stepLines.get(key);
+        if (byName === undefined) stepLines.set(key, (byName = new Map()));
+        let list = byName.get(name);
+        if (list === undefined) byName.set(name, (list = []));
+        list.push({ kind, pod, at: Number(at), server: serverOf(Number(readyAt)) });
       }
     }
     for (const list of podEvents.values()) list.sort((x, y) => x.at - y.at);
@@ -440,6 +514,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const outcomeLostKeys = new Set<string>();
     let doubleExecutions = 0;
     let doubleExecutionsAfterLastRestart = 0;
+    let reRunsAfterUnrecordedStep = 0;
     for (const [key, list] of runs) {
       list.sort((x, y) => x.at - y.at);
       let doubled = false;
@@ -486,6 +561,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           // A later run is allowed once the process running the earlier one was dead (its claim expired).
           reRunsAfterCrash++;
           minReRunDelayMs = Math.min(minReRunDelayMs ?? Infinity, later.at - killedAt);
+        } else if (pathOf(key) === 'payInSteps' && stoppedAtUnrecordedStep(keyEvents, earlier, later)) {
+          reRunsAfterUnrecordedStep++;
         } else {
           doubleExecutions++;
           if (isAfter(key)) doubleExecutionsAfterLastRestart++;
@@ -493,6 +570,57 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         }
       }
       if (doubled && examples.length < 10) examples.push(`double execution of ${timeline(key)}`);
+    }
+
+    // steps that ran again, and why
+    const stepReRuns = {
+      total: 0,
+      byRedisRestart: 0,
+      killedInStep: 0,
+      killedWhileRecording: 0,
+      unrecorded: 0,
+      unexplained: 0,
+    };
+    let stepRuns = 0;
+    let stepsResumed = 0;
+    for (const list of podEvents.values()) stepsResumed += list.filter((e) => e.result === 'step').length;
+    for (const [key, byName] of stepLines) {
+      const keyEvents = podEvents.get(key) ?? [];
+      let unexplained = false;
+      for (const [name, list] of byName) {
+        list.sort((x, y) => x.at - y.at);
+        const starts = list.filter((l) => l.kind === 'step');
+        stepRuns += starts.length;
+        for (let i = 0; i + 1 < starts.length; i++) {
+          const earlier = starts[i]!;
+          const later = starts[i + 1]!;
+          stepReRuns.total++;
+          const between = (kind: StepLine['kind']) =>
+            list.some((l) => l.kind === kind && l.pod === earlier.pod && l.at >= earlier.at && l.at <= later.at);
+          const killedAt = kills.get(earlier.pod);
+          if (!persist && later.server > earlier.server) stepReRuns.byRedisRestart++;
+          else if (killedAt !== undefined && later.at >= killedAt && !between('stepok')) {
+            if (between('stepend')) stepReRuns.killedWhileRecording++;
+            else stepReRuns.killedInStep++;
+          } else if (
+            !between('stepok') &&
+            keyEvents.some(
+              (e) =>
+                e.pod === earlier.pod &&
+                e.at >= earlier.at &&
+                e.at <= later.at &&
+                ((e.result === 'store_error' && e.detail === 'save_step') || e.result === 'lease_lost'),
+            )
+          ) {
+            stepReRuns.unrecorded++;
+          } else {
+            stepReRuns.unexplained++;
+            unexplained = true;
+            if (examples.length < 10) examples.push(`step ${JSON.stringify(name)} ran again: ${timeline(key)}`);
+          }
+        }
+      }
+      if (unexplained && examples.length < 10) examples.push(`(steps of ${key}: ${stepStory(key)})`);
     }
 
     // every result a client received is the stored outcome of its key
@@ -504,10 +632,11 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       // What the store holds for each key, asked through the store: a claim that acquires (then given back) found nothing.
       const records = redisStore({ client: redis, prefix: PREFIX });
       const lookUp = async (key: string) => {
-        const probe = { id: recordId(undefined, 'pay', key), token: 'soak-probe' };
+        const path = pathOf(key);
+        const probe = { id: recordId(undefined, path, key), token: 'soak-probe' };
         const found = await records.claim({
           ...probe,
-          fingerprint: fingerprint('pay', { amount: amountOf(key) }),
+          fingerprint: fingerprint(path, { amount: amountOf(key) }),
           lockTtl: 60_000,
         });
         if (found.state !== 'acquired') return found;
@@ -582,6 +711,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       requestsPerSecond: Math.round(result.requests / seconds),
       operationsPerSecond: Math.round(result.operations / seconds),
       byStatus: result.byStatus,
+      refusals: result.refusals,
       replayed: result.replayed,
       keys: result.keys.size,
       executions,
@@ -609,7 +739,42 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       events,
       examples,
       notes,
+      reRunsAfterUnrecordedStep,
+      steps: {
+        keys: [...result.keys.keys()].filter((key) => pathOf(key) === 'payInSteps').length,
+        runs: stepRuns,
+        resumed: stepsResumed,
+        reRuns: stepReRuns,
+      },
     };
+
+    /**
+     * The earlier run of a `payInSteps` key stopped at a step it could not record, before the later run:
+     * its pod logged a failed `save_step`, a lost claim or a release, and no stored outcome.
+     */
+    function stoppedAtUnrecordedStep(keyEvents: PodEvent[], earlier: Run, later: Run): boolean {
+      const between = keyEvents.filter((e) => e.pod === earlier.pod && e.at >= earlier.at && e.at <= later.at);
+      return (
+        !between.some((e) => e.result === 'completed') &&
+        between.some(
+          (e) =>
+            e.result === 'released' ||
+            e.result === 'lease_lost' ||
+            (e.result === 'store_error' && (e.detail === 'save_step' || e.detail === 'release')),
+        )
+      );
+    }
+
+    /** A key's step lines, in order, in seconds from the start of the load. */
+    function stepStory(key: string): string {
+      const all = [...(stepLines.get(key) ?? new Map<string, StepLine[]>())].flatMap(([name, list]) =>
+        list.map((l) => ({ ...l, name })),
+      );
+      return all
+        .sort((x, y) => x.at - y.at)
+        .map((l) => `${l.pod} ${l.kind} ${l.name} at +${(rel(l.at) / 1000).toFixed(3)} (Redis #${l.server})`)
+        .join('; ');
+    }
 
     /** Answers, by status, to the requests in flight at some moment of [from, to] (ms from the start). */
     function tally(from: number, to: number): Record<string, number> {
