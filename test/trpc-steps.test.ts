@@ -178,7 +178,7 @@ describe.each(stores)('steps(opts) through tRPC, %s store', (storeName, makeStor
       expect(error.data?.idempotency).toEqual({ reason: 'step_misuse' });
       expect(error.message).toBe(
         "steps(opts) needs the options a protected mutation's resolver receives, as in `.mutation(async (opts) => { const { step } = steps(opts); ... })`. " +
-          'These options are not: the procedure is not built with withIdempotency, is a query, runs without a key (required: false), or the options were copied.',
+          'These options are not: the procedure is not built with withIdempotency, is a query, runs without a key (required: false), or the options were rebuilt from their fields (pass the object the resolver received).',
       );
     }
   });

@@ -178,7 +178,9 @@ export function isRetryableError(error: unknown): boolean {
  * the key too: the request may have reached the server.
  */
 export function keepsKey(error: unknown): boolean {
-  return isRetryableError(error) || isAbortError(error);
+  // step_mismatch is not retried automatically (the server's code must change first), but the
+  // operation is part done: only its key, sent again, resumes it rather than running its steps anew.
+  return isRetryableError(error) || isAbortError(error) || getIdempotencyReason(error) === 'step_mismatch';
 }
 
 /** True for the layer's in-flight message, whatever carried it (a server without the error formatter included). */

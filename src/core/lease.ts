@@ -62,9 +62,14 @@ export class Lease implements Timed {
     return this.#lostWith !== undefined;
   }
 
-  /** The claim was lost to another holder: reported once (a renewal may have reported it already). */
+  /**
+   * The claim was lost to another holder (a refused completion, release or step): reported once,
+   * whoever notices first, and the signal aborts if the operation is still running.
+   */
   fenced(): void {
-    if (!this.wasLost()) this.#report('fenced');
+    if (this.wasLost()) return;
+    this.stop();
+    this.#markLost('fenced');
   }
 
   /** A renewal is due (the queue calls it every period until stopped). */
@@ -117,6 +122,10 @@ export class Lease implements Timed {
   #lose(reason: LostReason): void {
     if (this.#stopped) return;
     this.stop();
+    this.#markLost(reason);
+  }
+
+  #markLost(reason: LostReason): void {
     this.#report(reason);
     this.#lostWith = new Error(`The idempotency claim was lost (${reason}): the operation may run again elsewhere.`);
     this.#controller?.abort(this.#lostWith);

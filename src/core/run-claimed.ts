@@ -35,6 +35,8 @@ export async function runClaimed<T>(
         lease,
         recorded,
         settled: (s) => (settlement = s),
+        // Its steps are deleted with an outcome stored after a rollback too (a 4xx it threw).
+        running: (c) => (claimed = c),
       });
       emit({ result: 'completed', name, keyHash, durationMs: performance.now() - lease.started, state: 'completed' });
       return { ok: true, value, replayed: false };
@@ -72,6 +74,7 @@ async function runInTransaction<T>(
     lease: Lease;
     recorded: readonly RecordedStep[] | undefined;
     settled: (settlement: Settlement) => void;
+    running: (call: ClaimedCall) => void;
   },
 ): Promise<T> {
   const { store } = scope;
@@ -79,6 +82,7 @@ async function runInTransaction<T>(
   return store.raw.transaction!(async (tx) => {
     // Steps are recorded outside this transaction: their effects happened even if it rolls back.
     const inTx = new ClaimedCall(scope, call, run.lease, tx.handle, run.recorded);
+    run.running(inTx);
     const result = await runAsCall(inTx, () => run.input.run(inTx));
     const stepError = inTx.steps?.finish();
     if (stepError !== undefined) throw stepError;

@@ -165,7 +165,7 @@ export class StepLog {
         ),
       );
     }
-    if (this.#reached.length < this.#recorded.length) return this.#mismatch();
+    if (this.#reached.length < this.#recorded.length) return this.#mismatch(true);
     return undefined;
   }
 
@@ -219,14 +219,18 @@ export class StepLog {
     this.used = true;
   }
 
-  #mismatch(): IdempotencyError {
+  /** The sequence reached differs from the recorded one: at a step (nothing past it ran), or at the return (`returned`). */
+  #mismatch(returned = false): IdempotencyError {
     const recorded = this.#recorded.map((s) => s.name);
+    const where = returned
+      ? 'The operation returned without reaching them all: its result was not stored'
+      : 'The step that differs did not run, nor anything after it';
     return retryable(
       new IdempotencyError(
         'step_mismatch',
         `This run reached the steps ${list(this.#reached)}, but an earlier run of this key recorded ${list(recorded)}. ` +
           'A retry must reach the recorded steps by the same names, in the same order (a step renamed, reordered or skipped would mix results of different code). ' +
-          'Nothing was run past the mismatch and the key was released with its recorded steps: run code that reaches the recorded steps to finish the operation.',
+          `${where}, and the key was released with its recorded steps: run code that reaches the recorded steps to finish the operation.`,
       ),
     );
   }

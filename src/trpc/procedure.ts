@@ -273,7 +273,14 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         if (batch !== false) setResponseHeader(ctx, `${replayedHeader}-${batchIndex}`, 'true');
         if (batch !== true) setResponseHeader(ctx, replayedHeader, 'true');
       }
-      if (!result.ok) throw isIdempotencyError(result.error) ? toTRPCError(result.error) : result.error;
+      if (!result.ok) {
+        // A step's error (a claim lost before a step was recorded, a step result that could not be) reaches
+        // here wrapped as tRPC wraps whatever a resolver throws: it answers as the idempotency error it is.
+        const refusal = idempotencyErrorOf(result.error);
+        if (refusal === undefined) throw result.error;
+        if (refusal.reason === 'in_progress') setResponseHeader(ctx, 'Retry-After', String(refusal.retryAfter ?? 1));
+        throw toTRPCError(refusal);
+      }
       return result.value;
     };
   }
@@ -523,10 +530,19 @@ export function steps(opts: object): IdempotencySteps {
     throw new IdempotencyError(
       'step_misuse',
       "steps(opts) needs the options a protected mutation's resolver receives, as in `.mutation(async (opts) => { const { step } = steps(opts); ... })`. " +
-        'These options are not: the procedure is not built with withIdempotency, is a query, runs without a key (required: false), or the options were copied.',
+        'These options are not: the procedure is not built with withIdempotency, is a query, runs without a key (required: false), or the options were rebuilt from their fields (pass the object the resolver received).',
     );
   }
   return call;
+}
+
+/** The idempotency error an outcome's error is, directly or as tRPC's INTERNAL_SERVER_ERROR wrapping of it. */
+function idempotencyErrorOf(error: unknown): IdempotencyError | undefined {
+  if (isIdempotencyError(error)) return error;
+  if (error instanceof TRPCError && error.code === 'INTERNAL_SERVER_ERROR' && isIdempotencyError(error.cause)) {
+    return error.cause;
+  }
+  return undefined;
 }
 
 function rethrowAsTRPCError(error: unknown): never {

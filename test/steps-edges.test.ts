@@ -1,6 +1,8 @@
 /**
- * Behaviours of recovery points that contradict what the library says about
- * them. Each test fails until the library changes, and says why.
+ * Edges of recovery points found by writing their docs: the client keeps its
+ * key after a step that could not be recorded, transactional mode deletes the
+ * steps with a stored 4xx, and a claim lost before a step was recorded answers
+ * 409 with Retry-After and is reported once.
  */
 import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
