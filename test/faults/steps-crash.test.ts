@@ -43,11 +43,18 @@ import {
 import { type KillPoint, POINTS } from './helpers/steps/points.js';
 
 /** Checkouts per kill point and store, all killed together. */
-const OPS = 4;
-const LOCK_TTL = 600;
-const STORE_TIMEOUT = 200;
+const OPS = 6;
+/**
+ * Short, so that a dead server's claims expire quickly, yet long enough for a
+ * live server starved of CPU on a shared 2-core machine to renew its claims
+ * (every lockTtl / 3) before they expire: a trial must not lose a claim before the crash.
+ */
+const LOCK_TTL = 1_500;
+const STORE_TIMEOUT = 500;
 /** A busy 2-core machine can be slow: the bound on a recovery is generous, never a speed claim. */
 const SLACK = 5_000;
+/** How long a server may take to answer its first checkouts. */
+const WARM_UP_WITHIN = 20_000;
 /** How long the checkouts may take to reach the kill point. */
 const CRASH_WITHIN = 10_000;
 const STEPS = ['reserve', 'charge'] as const;
@@ -79,25 +86,35 @@ const envOf = (variant: Variant): CheckoutEnv => ({
 });
 
 /**
- * A checkout server, started and warmed up: its first checkout loads and
- * compiles what a cold process would while holding claims, and on PostgreSQL
- * it waits for connections (a 503 within the store timeout, retried).
+ * A checkout server, started and warmed up with OPS checkouts at once, as a
+ * trial sends them: the first checkouts load and compile what a cold process
+ * would while holding claims, and open the connections of its PostgreSQL
+ * pool (until then, a store call can outlast storeTimeout: a 503, retried).
  */
 async function startWarm(name: string, variant: Variant): Promise<Proc> {
   const proc = await startCheckout(name, envOf(variant));
   procs.push(proc);
   const client = createClient<CheckoutRouter>(proc.url);
-  const input = { sku: 'warm-up', quantity: 1, amount: 1 };
-  const key = randomUUID();
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await client.checkout.mutate(input, { context: { key } });
-      return proc;
-    } catch (error) {
-      if (attempt === 20 || statusOf(error as never).status === 0) throw error;
-      await sleep(100);
+  const warmUp = async (i: number) => {
+    const input = { sku: `warm-up-${i}`, quantity: 1, amount: 1 };
+    const key = randomUUID();
+    const started = performance.now();
+    for (;;) {
+      try {
+        return await client.checkout.mutate(input, { context: { key } });
+      } catch (error) {
+        const refusal = statusOf(error);
+        // A claim that timed out may land late and hold the key until it expires: 409.
+        if (performance.now() - started > WARM_UP_WITHIN || !(storeTooSlow(refusal) || refusal.status === 409)) {
+          throw error;
+        }
+        await sleep(100);
+      }
     }
-  }
+  };
+  await warmUp(-1);
+  await Promise.all(Array.from({ length: OPS }, (_, i) => warmUp(i)));
+  return proc;
 }
 
 /**
@@ -182,6 +199,18 @@ async function within<T>(promise: Promise<T>, ms: number, message: () => string)
   }
 }
 
+/**
+ * The answers of a store slower than storeTimeout, which a client retries: a
+ * claim not answered (503), a step's record not confirmed (500 `step_unrecorded`).
+ * On a shared 2-core machine, under load, they happen.
+ */
+function storeTooSlow(refusal: { status: number; reason?: string }): boolean {
+  return (
+    (refusal.status === 503 && refusal.reason === 'store_unavailable') ||
+    (refusal.status === 500 && refusal.reason === 'step_unrecorded')
+  );
+}
+
 interface Checkout {
   key: string;
   input: { sku: string; quantity: number; amount: number };
@@ -190,26 +219,45 @@ interface Checkout {
 interface Recovery {
   answer: { reservation: Downstream; charge: Downstream; ledgerId: number };
   replayed: string | null;
-  /** 409 answers before the success. */
+  /** 409 answers before the success: the dead server's claim was still alive. */
   conflicts: number;
+  /** 503 answers before the success: the store did not answer a claim within storeTimeout (a loaded machine). */
+  unavailable: number;
+  /** 500 `step_unrecorded` answers: a step ran, but its record did not land within storeTimeout; it runs again. */
+  unrecorded: number;
   /** From the crash to the answer. */
   ms: number;
 }
 
-/** Retries `op` on `url` until it is answered; anything but a success or a 409 `in_progress` fails the test. */
+/**
+ * Retries `op` on `url` until it is answered, as a client retries a 409 or a
+ * 503; any other answer fails the test.
+ */
 async function retryUntilDone(url: string, op: Checkout, started: number): Promise<Recovery> {
   const seen: Seen = [];
   const client = createClient<CheckoutRouter>(url, { seen });
   let conflicts = 0;
+  let unavailable = 0;
+  let unrecorded = 0;
   for (;;) {
     try {
       const answer = await client.checkout.mutate(op.input, { context: { key: op.key } });
       const replayed = seen.at(-1)!.get('idempotent-replayed');
-      return { answer, replayed, conflicts, ms: performance.now() - started };
+      return { answer, replayed, conflicts, unavailable, unrecorded, ms: performance.now() - started };
     } catch (error) {
-      expect(statusOf(error as never)).toEqual({ status: 409, reason: 'in_progress' });
-      conflicts++;
-      if (performance.now() - started > LOCK_TTL + SLACK) throw new Error(`${op.key}: still 409 after ${conflicts}`);
+      const refusal = statusOf(error);
+      if (storeTooSlow(refusal)) {
+        if (refusal.status === 503) unavailable++;
+        else unrecorded++;
+      } else {
+        expect(refusal).toEqual({ status: 409, reason: 'in_progress' });
+        conflicts++;
+      }
+      if (performance.now() - started > LOCK_TTL + SLACK) {
+        throw new Error(
+          `${op.key}: still refused ${SLACK} ms after the claim expired (${conflicts} 409s, ${unavailable + unrecorded} store timeouts)`,
+        );
+      }
       await sleep(50);
     }
   }
@@ -272,16 +320,18 @@ describe.each<Variant>(['redis', 'postgres'])('checkout on %s, its server SIGKIL
 
     const [invAfter, payAfter] = await Promise.all([inventory.stats(), payment.stats()]);
     for (const [i, op] of ops.entries()) {
-      const { answer, replayed } = recoveries[i]!;
+      const { answer, replayed, unrecorded } = recoveries[i]!;
       expect(replayed).not.toBe('true');
+      // A step whose record timed out ran again (with the same downstream key): more calls, never more effects.
+      const calls = (n: number) => (unrecorded === 0 ? n : expect.toSatisfy((c: number) => c >= n));
 
       // Each downstream effect once, under one key; the step cut off in its call sent that key twice.
       const reserved = invAfter.operations[op.key]!;
-      expect(reserved).toMatchObject({ effects: 1, calls: point === 'in-reserve' ? 2 : 1 });
+      expect(reserved).toMatchObject({ effects: 1, calls: calls(point === 'in-reserve' ? 2 : 1) });
       expect(reserved.keys).toHaveLength(1);
       expect(answer.reservation).toEqual(reserved.responses[reserved.keys[0]!]);
       const charged = payAfter.operations[op.key]!;
-      expect(charged).toMatchObject({ effects: 1, calls: point === 'in-charge' ? 2 : 1 });
+      expect(charged).toMatchObject({ effects: 1, calls: calls(point === 'in-charge' ? 2 : 1) });
       expect(charged.keys).toHaveLength(1);
       expect(answer.charge).toEqual(charged.responses[charged.keys[0]!]);
       expect(answer.charge.input).toEqual({ amount: op.input.amount, reservation: answer.reservation.id });
@@ -292,7 +342,9 @@ describe.each<Variant>(['redis', 'postgres'])('checkout on %s, its server SIGKIL
       expect(linesOf([survivor], 'step', op.key)).toEqual(
         STEPS.map((s, n) => `${s} ${n < expected.recorded ? 'resumed' : 'ran'}`),
       );
-      expect(linesOf([survivor], 'fn', op.key)).toEqual(STEPS.slice(expected.recorded));
+      const survivorRuns = linesOf([survivor], 'fn', op.key);
+      if (unrecorded === 0) expect(survivorRuns).toEqual(STEPS.slice(expected.recorded));
+      else expect(new Set(survivorRuns)).toEqual(new Set(STEPS.slice(expected.recorded)));
 
       // One ledger row: on PostgreSQL the survivor's (the victim's was rolled back), on Redis whoever wrote it first.
       expect(await ledgerRows([op.key])).toEqual([
@@ -316,9 +368,10 @@ describe.each<Variant>(['redis', 'postgres'])('checkout on %s, its server SIGKIL
     expect(await recordedSteps(variant)).toBe(0);
 
     const conflicts = recoveries.map((r) => r.conflicts);
+    const slow = recoveries.reduce((n, r) => n + r.unavailable + r.unrecorded, 0);
     const ms = recoveries.map((r) => Math.round(r.ms));
     figures.push(
-      `${variant.padEnd(8)} ${point.padEnd(14)} 409s before success ${conflicts.join('/')}, answered ${ms.join('/')} ms after the crash`,
+      `${variant.padEnd(8)} ${point.padEnd(14)} 409s before success ${conflicts.join('/')}${slow > 0 ? ` (and ${slow} store timeouts)` : ''}, answered ${ms.join('/')} ms after the crash`,
     );
     // The dead server's claim kept the key until it expired: at least one retry met it.
     expect(Math.max(...conflicts)).toBeGreaterThan(0);

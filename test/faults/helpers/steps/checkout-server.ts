@@ -59,8 +59,11 @@ const env = (name: string): string => {
   return value;
 };
 const transactional = env('STORE') === 'postgres';
+const inventoryUrl = env('INVENTORY_URL');
+const paymentUrl = env('PAYMENT_URL');
 
-const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 20 });
+// Idle connections are kept: a trial must not wait for new ones (storeTimeout is short).
+const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 20, idleTimeoutMillis: 0 });
 pool.on('error', () => {});
 const db = drizzle(pool);
 let store: IdempotencyStore;
@@ -117,6 +120,7 @@ const idempotent = withIdempotency(t.procedure, {
   store,
   lockTtl: Number(env('LOCK_TTL')),
   storeTimeout: Number(env('STORE_TIMEOUT')),
+  // Events name a hash of the key; a step event is emitted inside the resolver, in its request's context.
   onEvent: (event) => {
     if (event.result === 'step') print(`step ${request.getStore() ?? '-'} ${event.step} ${event.reason}`);
   },
@@ -134,7 +138,7 @@ const router = t.router({
       const reservation = await step('reserve', ({ key: reserveKey }) => {
         print(`fn ${key} reserve`);
         return post(
-          `${env('INVENTORY_URL')}/reserve`,
+          `${inventoryUrl}/reserve`,
           reserveKey,
           key,
           { sku: input.sku, quantity: input.quantity },
@@ -145,7 +149,7 @@ const router = t.router({
       const charge = await step('charge', ({ key: chargeKey }) => {
         print(`fn ${key} charge`);
         return post(
-          `${env('PAYMENT_URL')}/charge`,
+          `${paymentUrl}/charge`,
           chargeKey,
           key,
           { amount: input.amount, reservation: reservation.id },

@@ -69,7 +69,9 @@ export function linesOf(procs: Proc[], kind: string, key: string): string[] {
 }
 
 /** How a tRPC client error looks to a retrying client: an HTTP status (0: no answer) and the idempotency reason. */
-export function statusOf(error: TRPCClientError<AnyTRPCRouter>): { status: number; reason?: string } {
-  const data = error.data as { httpStatus?: number; idempotency?: { reason?: string } } | undefined;
+export function statusOf(error: unknown): { status: number; reason?: string } {
+  const data = (error as TRPCClientError<AnyTRPCRouter>).data as
+    | { httpStatus?: number; idempotency?: { reason?: string } }
+    | undefined;
   return { status: data?.httpStatus ?? 0, reason: data?.idempotency?.reason };
 }
