@@ -58,6 +58,8 @@ const WARM_UP_WITHIN = 20_000;
 /** How long the checkouts may take to reach the kill point. */
 const CRASH_WITHIN = 10_000;
 const STEPS = ['reserve', 'charge'] as const;
+/** A step key, as stepKey(name) derives it: a UUID version 8. */
+const STEP_KEY = /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 type Variant = 'redis' | 'postgres';
 
 /** What each kill point leaves behind: the steps recorded, and which effects happened downstream. */
@@ -328,11 +330,11 @@ describe.each<Variant>(['redis', 'postgres'])('checkout on %s, its server SIGKIL
       // Each downstream effect once, under one key; the step cut off in its call sent that key twice.
       const reserved = invAfter.operations[op.key]!;
       expect(reserved).toMatchObject({ effects: 1, calls: calls(point === 'in-reserve' ? 2 : 1) });
-      expect(reserved.keys).toHaveLength(1);
+      expect(reserved.keys).toEqual([expect.stringMatching(STEP_KEY)]);
       expect(answer.reservation).toEqual(reserved.responses[reserved.keys[0]!]);
       const charged = payAfter.operations[op.key]!;
       expect(charged).toMatchObject({ effects: 1, calls: calls(point === 'in-charge' ? 2 : 1) });
-      expect(charged.keys).toHaveLength(1);
+      expect(charged.keys).toEqual([expect.stringMatching(STEP_KEY)]);
       expect(answer.charge).toEqual(charged.responses[charged.keys[0]!]);
       expect(answer.charge.input).toEqual({ amount: op.input.amount, reservation: answer.reservation.id });
 
