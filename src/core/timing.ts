@@ -1,5 +1,16 @@
+import { AsyncResource } from 'node:async_hooks';
 // Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
 import { performance } from 'node:perf_hooks';
+
+/**
+ * The async context the shared timers are armed in: this module's, not that of whichever request
+ * armed one. A Node.js timer runs its callback in the context it was created in, and a queue's
+ * timer serves every call of its delay and re-arms itself from its own callback: armed inside
+ * request A, it would run request B's renewals (their events, their store calls) in A's context,
+ * filing them under A's trace, and keep A's context alive as long as the queue is never empty.
+ * So renewals run in no request's context.
+ */
+const detached = new AsyncResource('trpc-idempotency.TimerQueue');
 /**
  * Something a {@link TimerQueue} calls back once its delay has passed. The
  * links are the entry's own fields, so queueing one allocates nothing.
@@ -58,7 +69,7 @@ export class TimerQueue {
 
   #arm(due: number, ms: number): void {
     this.#armedFor = due;
-    this.#timer = setTimeout(this.#run, ms);
+    this.#timer = detached.runInAsyncScope(setTimeout, undefined, this.#run, ms);
     this.#timer.unref();
   }
 
