@@ -40,19 +40,29 @@ const withSourceSignal = signalGetter((source: LeaseLike) => source.signal);
  * log is made only for an operation that uses steps (or finds some recorded).
  */
 export class ClaimedCall implements IdempotentCall {
+  // Fields declared and assigned in the constructor, not initialized as class fields: an initializer is
+  // a property definition per instance, slower than an assignment, on a path every protected call takes.
   declare readonly signal: AbortSignal;
-  readonly [claimedBrand] = true;
-  #log: StepLog | undefined;
+  declare readonly transaction: unknown;
+  /** The step log, if the call used steps or found some recorded. */
+  declare steps: StepLog | undefined;
+  declare private readonly scope: EngineScope;
+  declare private readonly call: Call;
+  declare private readonly lease: LeaseLike;
 
   constructor(
-    private readonly scope: EngineScope,
-    private readonly call: Call,
-    private readonly lease: LeaseLike,
-    readonly transaction: unknown,
+    scope: EngineScope,
+    call: Call,
+    lease: LeaseLike,
+    transaction: unknown,
     recorded: readonly RecordedStep[] | undefined,
   ) {
+    this.scope = scope;
+    this.call = call;
+    this.lease = lease;
+    this.transaction = transaction;
+    this.steps = recorded === undefined ? undefined : new StepLog(scope, call, lease, recorded);
     withSourceSignal(this, lease);
-    if (recorded !== undefined) this.#log = new StepLog(scope, call, lease, recorded);
   }
 
   // Getters that return bound functions: an operation destructures them (`async ({ step }) => ...`),
@@ -69,7 +79,7 @@ export class ClaimedCall implements IdempotentCall {
   }
 
   #step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
-    if (this.#log === undefined) {
+    if (this.steps === undefined) {
       if (this.scope.store.raw.saveStep === undefined) {
         return Promise.reject(
           new IdempotencyError(
@@ -79,16 +89,13 @@ export class ClaimedCall implements IdempotentCall {
           ),
         );
       }
-      this.#log = new StepLog(this.scope, this.call, this.lease, undefined);
+      this.steps = new StepLog(this.scope, this.call, this.lease, undefined);
     }
-    return this.#log.step(name, fn);
-  }
-
-  /** The step log, if the call used steps or found some recorded. */
-  get steps(): StepLog | undefined {
-    return this.#log;
+    return this.steps.step(name, fn);
   }
 }
+// The brand on the prototype: shared, rather than set on every call.
+Object.defineProperty(ClaimedCall.prototype, claimedBrand, { value: true });
 
 /** True for a {@link ClaimedCall}, not a call the engine runs unprotected. */
 export function isClaimedCall(call: object): call is ClaimedCall {
