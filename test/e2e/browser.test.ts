@@ -7,8 +7,9 @@
  */
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { sleep } from '../helpers/redis.js';
 import { type Instance, startInstance } from './helpers.js';
@@ -32,19 +33,7 @@ beforeAll(async () => {
     CHARGE_DELAY_MS: '400',
     LOG_EVENTS: '1',
   });
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
   page = await browser.newPage({ timezoneId: TIME_ZONE });
   await page.goto(app.url);
   await page.waitForSelector('#count:has-text("(0)")');

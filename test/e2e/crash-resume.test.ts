@@ -11,8 +11,9 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { connectRedis, deleteByPrefix, sleep, uniquePrefix } from '../helpers/redis.js';
 import {
@@ -170,19 +171,7 @@ describe('the checkout page: two instances sharing PostgreSQL behind a round-rob
     };
     instances = await Promise.all([startInstance('page-a', env), startInstance('page-b', env)]);
     balancer = await startBalancer(instances);
-    browser = await chromium.launch({
-      executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-      headless: true,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
     page = await browser.newPage();
     await page.goto(balancer.url);
     await page.waitForSelector('body[data-ready="true"]');

@@ -12,9 +12,10 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Browser, type BrowserContext, chromium, type Page, type Request } from 'playwright-core';
+import type { Browser, BrowserContext, Page, Request } from 'playwright-core';
 import SuperJSON, { type SuperJSONResult } from 'superjson';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { REPO } from './pack.js';
 import { createT3App, type T3App, type Timings } from './t3/app.js';
 import { VARIANTS } from './t3/changes.js';
@@ -34,19 +35,7 @@ beforeAll(async () => {
   workDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-t3-'));
   tgz = inject('tgz');
   packMs = inject('packMs');
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
 }, 300_000);
 
 afterAll(async () => {
