@@ -403,9 +403,10 @@ async function main() {
     server.child.kill('SIGUSR2');
     await new Promise((resolve) => setTimeout(resolve, 50));
     const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
-    const exited = new Promise((resolve) => server.child.once('exit', resolve));
+    const exited = new Promise<number | null>((resolve) => server.child.once('exit', resolve));
     server.child.kill('SIGTERM');
-    await exited;
+    const code = await exited;
+    if (code !== 0) throw new Error(`${name}: the profiled server exited with ${code} (its stderr says why)`);
     const requests = measured.total;
     profiles[name] = { ...summariseProfile(file, requests), requests };
   }

@@ -222,5 +222,12 @@ process.on('SIGTERM', () => {
   server.closeAllConnections();
   server.close();
   redis.disconnect();
-  stopProfile().finally(() => process.exit(0));
+  // Exit 1 when the profile could not be written: the bench then stops and says which server failed.
+  stopProfile().then(
+    () => process.exit(0),
+    (error: unknown) => {
+      console.error('bench server: the CPU profile could not be written:', error);
+      process.exit(1);
+    },
+  );
 });

@@ -130,6 +130,14 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const provider = await startProvider(Number(process.env.PORT ?? 4000));
   console.log(`card provider listening on ${provider.url}`);
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => void provider.close().finally(() => process.exit(0)));
+    process.once(signal, () =>
+      provider.close().then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error('card provider: closing failed:', error);
+          process.exit(1);
+        },
+      ),
+    );
   }
 }

@@ -187,8 +187,13 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     server.close();
     server.closeAllConnections();
-    void Promise.all([app.close(), database.close(), meterProvider.shutdown(), ownProvider?.close()]).finally(() =>
-      process.exit(0),
+    // Exit 1 when something did not close cleanly (a pool, the exporter), saying what.
+    Promise.all([app.close(), database.close(), meterProvider.shutdown(), ownProvider?.close()]).then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(JSON.stringify({ event: 'shutdown_failed', instance: instanceId, message: String(error) }));
+        process.exit(1);
+      },
     );
   });
 }

@@ -1,7 +1,7 @@
 /**
  * The example app's server as a person meets it, started as `npm run demo`
  * starts it: error bodies in production shape (no stack, no file paths), and
- * a port already taken.
+ * a port already taken, and a clean shutdown (exit code 0, its own card provider gone).
  */
 import { randomUUID } from 'node:crypto';
 import { type AddressInfo, createServer } from 'node:net';
@@ -79,6 +79,28 @@ describe('a busy port', () => {
       expect(run.stdout).toBe('');
     } finally {
       await new Promise((resolve) => blocker.close(resolve));
+    }
+  });
+});
+
+describe('shutdown', () => {
+  it('SIGTERM after a payment closes the server, its ledger and its own card provider, and exits with code 0', async () => {
+    const app = await startInstance('shutdown', { ...demo, LOG_EVENTS: '0' });
+    try {
+      const line = await app.waitFor(/card provider: http:/);
+      const providerUrl = /card provider: (http:\/\/[^\s;]+)/.exec(line)![1]!;
+      const paid = await fetch(`${app.url}/trpc/payments.create`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+        body: JSON.stringify({ amount: 500, currency: 'EUR' }),
+      });
+      expect(paid.status).toBe(200);
+      await app.kill('SIGTERM');
+      expect({ code: app.process.exitCode, signal: app.process.signalCode }).toEqual({ code: 0, signal: null });
+      // The provider it started lived in its process: gone with it.
+      await expect(fetch(`${providerUrl}/charges`)).rejects.toThrow();
+    } finally {
+      await app.kill('SIGKILL');
     }
   });
 });
