@@ -12,55 +12,25 @@
  *
  * Environment: BENCH_LIB_A (required), BENCH_ROUNDS (5), BENCH_DURATION (3 s), DATABASE_URL.
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import {
+  type Cleanups,
+  type LoadGenerator,
+  runCleanups,
+  type Server,
+  startServer as startBenchServer,
+  startLoad,
+} from './lib/processes.js';
 import { cpuMicros, createSchema, postgresCpuMicros, startRedis } from './lib/services.js';
 import type { LoadCommand, LoadResult } from './load.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
 const LIB_A = process.env.BENCH_LIB_A;
-const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
-const cleanups: (() => unknown)[] = [];
-
-interface Server {
-  url: string;
-  pid: number;
-}
-
-function startServer(variant: string, env: Record<string, string>): Promise<Server> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', here('./server.ts'), variant], {
-    env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  cleanups.push(() => void child.kill('SIGTERM'));
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /\{"ready":(\d+)\}/.exec(out);
-      if (match) resolve({ url: `http://127.0.0.1:${match[1]}`, pid: child.pid! });
-    });
-    child.once('exit', (code) => reject(new Error(`server ${variant} exited with ${code} before it was ready`)));
-  });
-}
-
-let loadWorker: ChildProcess;
-let commandId = 0;
-function load(command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> {
-  const id = ++commandId;
-  return new Promise((resolve, reject) => {
-    const onMessage = (message: { ok: boolean; result?: LoadResult; id?: number; error?: string }) => {
-      if ((message.result?.id ?? message.id) !== id) return;
-      loadWorker.off('message', onMessage);
-      if (message.ok) resolve(message.result!);
-      else reject(new Error(`load: ${message.error}`));
-    };
-    loadWorker.on('message', onMessage);
-    loadWorker.send({ ...command, id, connections: 32 });
-  });
-}
+const cleanups: Cleanups = [];
+const startServer = (variant: string, env: Record<string, string>) => startBenchServer(variant, env, cleanups);
+let loadGenerator: LoadGenerator;
+const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
 
 interface Run {
   rps: number;
@@ -106,11 +76,7 @@ async function main() {
     A: await startServer('postgres', { REDIS_URL: redis.url, PG_URL: schemaA.url, BENCH_LIB: resolvePath(LIB_A) }),
     B: await startServer('postgres', { REDIS_URL: redis.url, PG_URL: schemaB.url }),
   };
-  loadWorker = fork(here('./load.ts'), [], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  cleanups.push(() => void loadWorker.kill());
+  loadGenerator = startLoad(32, cleanups);
 
   const results = new Map<string, { rps: number[]; ratio: number[]; serverUs: number[]; postgresUs: number[] }>();
   const baselineRuns: Run[] = [];
@@ -153,5 +119,5 @@ async function main() {
 try {
   await main();
 } finally {
-  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
+  await runCleanups(cleanups);
 }

@@ -9,13 +9,21 @@
  * BENCH_RECORDS (1000000), BENCH_WAIT_QUIET=1 (wait for a 1-minute load
  * average below 0.8 first, up to 20 minutes), DATABASE_URL.
  */
-import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import {
+  type Cleanups,
+  type LoadGenerator,
+  runCleanups,
+  type Server,
+  startServer as startBenchServer,
+  startLoad,
+} from './lib/processes.js';
 import { type ProfileSummary, summariseProfile } from './lib/profile.js';
 import { type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
 import {
@@ -59,53 +67,16 @@ const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
 
 // ---------------------------------------------------------------- processes
-const cleanups: (() => unknown)[] = [];
-async function cleanup() {
-  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
-}
+const cleanups: Cleanups = [];
+const cleanup = () => runCleanups(cleanups);
 process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
 
-interface Server {
-  variant: string;
-  url: string;
-  pid: number;
-  child: ChildProcess;
-}
+// BENCH_PIN: the server under test alone on CPU 0.
+const startServer = (variant: string, env: Record<string, string>): Promise<Server> =>
+  startBenchServer(variant, env, cleanups, PIN ? ['taskset', '-c', '0'] : []);
 
-function startServer(variant: string, env: Record<string, string>): Promise<Server> {
-  const command = PIN ? 'taskset' : process.execPath;
-  const args = ['--import', 'tsx', here('./server.ts'), variant];
-  const child: ChildProcess = spawn(command, PIN ? ['-c', '0', process.execPath, ...args] : args, {
-    env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  cleanups.push(() => void child.kill('SIGTERM'));
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /\{"ready":(\d+)\}/.exec(out);
-      if (match) resolve({ variant, url: `http://127.0.0.1:${match[1]}`, pid: child.pid!, child });
-    });
-    child.once('exit', (code) => reject(new Error(`server ${variant} exited with ${code} before it was ready`)));
-  });
-}
-
-let loadWorker: ChildProcess;
-let commandId = 0;
-function load(command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> {
-  const id = ++commandId;
-  return new Promise((resolve, reject) => {
-    const onMessage = (message: { ok: boolean; result?: LoadResult; id?: number; error?: string }) => {
-      if ((message.result?.id ?? message.id) !== id) return;
-      loadWorker.off('message', onMessage);
-      if (message.ok) resolve(message.result!);
-      else reject(new Error(`load: ${message.error}`));
-    };
-    loadWorker.on('message', onMessage);
-    loadWorker.send({ ...command, id, connections: CONNECTIONS });
-  });
-}
+let loadGenerator: LoadGenerator;
+const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
 
 // ---------------------------------------------------------------- one measured run
 interface Run {
@@ -280,12 +251,8 @@ async function main() {
     'postgres-empty': await startServer('postgres', { REDIS_URL: redisEmpty.url, PG_URL: schemas.empty!.url }),
     'postgres-full': await startServer('postgres', { REDIS_URL: redisFull.url, PG_URL: schemas.full!.url }),
   };
-  loadWorker = fork(here('./load.ts'), [], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  cleanups.push(() => void loadWorker.kill());
-  pin(loadWorker.pid!, OTHER_CPUS);
+  loadGenerator = startLoad(CONNECTIONS, cleanups);
+  pin(loadGenerator.pid, OTHER_CPUS);
   for (const r of [redisMain, redisEmpty, redisFull]) pin(r.pid, OTHER_CPUS);
 
   // A B A B: every variant runs right after its baseline, and the baseline runs again after it.

@@ -116,4 +116,21 @@ describe('memory store bounds', () => {
     );
     store.close();
   });
+
+  it('keeps the steps of at most maxEntries records, refusing a new one until some expire', async () => {
+    let time = 1_700_000_000_000;
+    const store = memoryStore({ maxEntries: 2, now: () => time });
+    const recordStep = async (id: string) => {
+      await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: 60_000 });
+      const saved = store.saveStep!({ id, token: id, fingerprint: 'fp', index: 0, name: 's', body: '1', ttl: 1_000 });
+      // released: the claim goes, its steps stay for the retry
+      return saved.finally(() => store.release({ id, token: id }));
+    };
+    expect(await recordStep('a')).toBe('stored');
+    expect(await recordStep('b')).toBe('stored');
+    await expect(recordStep('c')).rejects.toThrow('memoryStore is full: 2 records keep steps. Raise maxEntries.');
+    time += 1_001; // a's and b's steps expire
+    expect(await recordStep('c')).toBe('stored');
+    store.close();
+  });
 });

@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Call, EngineScope } from './call.js';
 import { IdempotencyError } from './errors.js';
 import { signalGetter } from './signal-getter.js';
-import { checkStepName, deriveStepKey, type IdempotencySteps, StepLog } from './steps.js';
+import { type IdempotencySteps, StepLog, stepKeyOf } from './steps.js';
 import type { RecordedStep } from './store.js';
 
 /** What a protected operation can reach from anywhere in its call. */
@@ -72,10 +72,7 @@ export class ClaimedCall implements IdempotentCall {
   }
 
   get stepKey(): IdempotencySteps['stepKey'] {
-    return (name) => {
-      checkStepName(name);
-      return deriveStepKey(this.call.id, name);
-    };
+    return stepKeyOf(this.call.id);
   }
 
   #step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {

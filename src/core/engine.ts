@@ -17,7 +17,7 @@ import { nameOfRecordId, recordId } from './key.js';
 import { markerError, markerOf } from './outcome.js';
 import { type IdempotencyPolicyOptions, type ResolvedPolicy, resolvePolicy, timerMs } from './policy.js';
 import { runClaimed } from './run-claimed.js';
-import { type IdempotencySteps, UnrecordedSteps } from './steps.js';
+import { type IdempotencySteps, unrecordedCall } from './steps.js';
 import type { IdempotencyStore } from './store.js';
 import { claimOrWait } from './wait.js';
 
@@ -287,10 +287,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     if (kind === 'unavailable' && policy.onStoreError === 'fail-open') {
       emit({ result: 'unprotected', name, keyHash, durationMs, reason: 'store_error' });
       try {
-        const unprotected = unprotectedCall(
-          input.signal ?? new AbortController().signal,
-          new UnrecordedSteps(scope, call),
-        );
+        const unprotected = unrecordedCall(scope, call, input.signal ?? new AbortController().signal);
         return { ok: true, value: await idempotentCall.exit(() => input.run(unprotected)), replayed: false };
       } catch (runError) {
         return { ok: false, error: runError, replayed: false };
@@ -325,16 +322,6 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     emit: (event) => {
       if (onEvent !== undefined) emit({ ...event });
     },
-  };
-}
-
-/** What an operation run without protection receives: the caller's signal, and steps that are not recorded. */
-function unprotectedCall(signal: AbortSignal, steps: UnrecordedSteps): RunOptions {
-  return {
-    signal,
-    transaction: undefined,
-    step: (name, fn) => steps.step(name, fn),
-    stepKey: (name) => steps.stepKey(name),
   };
 }
 

@@ -147,11 +147,6 @@ export class StepLog {
     return value;
   }
 
-  stepKey(name: string): string {
-    checkStepName(name);
-    return deriveStepKey(this.call.id, name);
-  }
-
   /**
    * The operation returned: every recorded step must have been reached, and
    * none may still be running. Returns the error to fail it with, if any.
@@ -255,34 +250,42 @@ export class StepLog {
   }
 }
 
+/** `stepKey` of the record `id`: the name checked, then the key derived. */
+export function stepKeyOf(id: string): IdempotencySteps['stepKey'] {
+  return (name) => {
+    checkStepName(name);
+    return deriveStepKey(id, name);
+  };
+}
+
 /**
- * The steps of an operation run without protection (fail-open while the store
- * is down): nothing can be recorded, so each step simply runs; `stepKey`
- * still derives the same keys, so downstream calls stay deduplicated.
+ * What an operation run without protection receives (fail-open while the store is down): the
+ * caller's signal, and steps that simply run, since nothing can be recorded; `stepKey` still derives
+ * the same keys, so downstream calls stay deduplicated.
  */
-export class UnrecordedSteps implements IdempotencySteps {
-  constructor(
-    private readonly scope: EngineScope,
-    private readonly call: Call,
-  ) {}
-
-  async step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
-    checkStepName(name);
-    const started = performance.now();
-    const value = await fn({ key: deriveStepKey(this.call.id, name) });
-    this.scope.emit({
-      result: 'step',
-      name: this.call.name,
-      keyHash: this.call.keyHash,
-      durationMs: performance.now() - started,
-      step: name,
-      reason: 'unprotected',
-    });
-    return value;
-  }
-
-  stepKey(name: string): string {
-    checkStepName(name);
-    return deriveStepKey(this.call.id, name);
-  }
+export function unrecordedCall(
+  scope: EngineScope,
+  call: Call,
+  signal: AbortSignal,
+): IdempotencySteps & { signal: AbortSignal; transaction: undefined } {
+  const stepKey = stepKeyOf(call.id);
+  return {
+    signal,
+    transaction: undefined,
+    stepKey,
+    async step(name, fn) {
+      const key = stepKey(name);
+      const started = performance.now();
+      const value = await fn({ key });
+      scope.emit({
+        result: 'step',
+        name: call.name,
+        keyHash: call.keyHash,
+        durationMs: performance.now() - started,
+        step: name,
+        reason: 'unprotected',
+      });
+      return value;
+    },
+  };
 }

@@ -268,21 +268,6 @@ const SAVE_STEP = statement(
            (select at_name from recorded) as at_name`,
 );
 
-/** Deletes up to $1 expired steps, as PURGE does rows. */
-const PURGE_STEPS = statement(
-  ['batchSize'],
-  `
-    with gone as (
-      delete from idempotency_steps
-       where (id, seq) in (select id, seq from idempotency_steps
-                            where expires_at <= statement_timestamp()
-                            order by expires_at limit $1
-                            for update skip locked)
-      returning 1)
-    select count(*)::int as n from gone`,
-  false,
-);
-
 /** The state of a live row, after a refused completion. $1 id. */
 const LIVE_STATE = statement(
   ['id'],
@@ -313,19 +298,23 @@ const EXTEND = statement(
  * row someone is working on. $1 batch size. Not named: it runs seldom, and
  * planned with its batch size it keeps to the index on expires_at.
  */
-const PURGE = statement(
-  ['batchSize'],
-  `
+const purge = (table: string, key: string) =>
+  statement(
+    ['batchSize'],
+    `
     with gone as (
-      delete from idempotency_keys
-       where id in (select id from idempotency_keys
+      delete from ${table}
+       where (${key}) in (select ${key} from ${table}
                      where expires_at <= statement_timestamp()
                      order by expires_at limit $1
                      for update skip locked)
       returning 1)
     select count(*)::int as n from gone`,
-  false,
-);
+    false,
+  );
+const PURGE = purge('idempotency_keys', 'id');
+/** Deletes up to $1 expired steps (see drizzle-schema.ts), as PURGE does rows. */
+const PURGE_STEPS = purge('idempotency_steps', 'id, seq');
 
 /**
  * SQLSTATE of a named prepared statement the server does not have (26000),

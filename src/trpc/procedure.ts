@@ -261,10 +261,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         });
       } catch (error) {
         if (!isIdempotencyError(error)) throw error;
-        if (error.reason === 'in_progress' || error.retryAfter !== undefined) {
-          setResponseHeader(ctx, 'Retry-After', String(error.retryAfter ?? 1));
-        }
-        throw toTRPCError(error);
+        throw refusal(ctx, error);
       }
 
       if (result.replayed) {
@@ -276,10 +273,8 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
       if (!result.ok) {
         // A step's error (a claim lost before a step was recorded, a step result that could not be) reaches
         // here wrapped as tRPC wraps whatever a resolver throws: it answers as the idempotency error it is.
-        const refusal = idempotencyErrorOf(result.error);
-        if (refusal === undefined) throw result.error;
-        if (refusal.reason === 'in_progress') setResponseHeader(ctx, 'Retry-After', String(refusal.retryAfter ?? 1));
-        throw toTRPCError(refusal);
+        const found = idempotencyErrorOf(result.error);
+        throw found === undefined ? result.error : refusal(ctx, found);
       }
       return result.value;
     };
@@ -534,6 +529,14 @@ export function steps(opts: object): IdempotencySteps {
     );
   }
   return call;
+}
+
+/** The TRPCError a client gets for an idempotency error, with `Retry-After` when a retry can succeed later. */
+function refusal(ctx: unknown, error: IdempotencyError): TRPCError {
+  if (error.reason === 'in_progress' || error.retryAfter !== undefined) {
+    setResponseHeader(ctx, 'Retry-After', String(error.retryAfter ?? 1));
+  }
+  return toTRPCError(error);
 }
 
 /** The idempotency error an outcome's error is, directly or as tRPC's INTERNAL_SERVER_ERROR wrapping of it. */

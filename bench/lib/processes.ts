@@ -1,0 +1,83 @@
+/**
+ * The processes of a bench run: the servers under test (`bench/server.ts`, one per variant) and
+ * the load generator (`bench/load.ts`, commands over IPC), shared by `run.ts` and `ab-postgres.ts`.
+ */
+import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { LoadCommand, LoadResult } from '../load.js';
+
+const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+
+/** What to undo at the end (or on Ctrl-C), last first. */
+export type Cleanups = (() => unknown)[];
+
+export async function runCleanups(cleanups: Cleanups): Promise<void> {
+  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
+}
+
+export interface Server {
+  variant: string;
+  url: string;
+  pid: number;
+  child: ChildProcess;
+}
+
+/**
+ * Starts `bench/server.ts <variant>` on a free port and resolves once it prints `{"ready":port}`.
+ * `prefix`: a command and its arguments to run it under (`taskset -c 0`).
+ */
+export function startServer(
+  variant: string,
+  env: Record<string, string>,
+  cleanups: Cleanups,
+  prefix: string[] = [],
+): Promise<Server> {
+  const args = ['--import', 'tsx', here('../server.ts'), variant];
+  const [command, ...rest] = prefix.length > 0 ? [...prefix, process.execPath, ...args] : [process.execPath, ...args];
+  const child: ChildProcess = spawn(command!, rest, {
+    env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  cleanups.push(() => void child.kill('SIGTERM'));
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /\{"ready":(\d+)\}/.exec(out);
+      if (match) resolve({ variant, url: `http://127.0.0.1:${match[1]}`, pid: child.pid!, child });
+    });
+    child.once('exit', (code) => reject(new Error(`server ${variant} exited with ${code} before it was ready`)));
+  });
+}
+
+export interface LoadGenerator {
+  readonly pid: number;
+  /** Runs one command in the load process, `connections` sockets at most. */
+  load(command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult>;
+}
+
+/** Forks the load process (`bench/load.ts`), killed by the cleanups. */
+export function startLoad(connections: number, cleanups: Cleanups): LoadGenerator {
+  const worker = fork(here('../load.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  cleanups.push(() => void worker.kill());
+  let commandId = 0;
+  return {
+    pid: worker.pid!,
+    load(command) {
+      const id = ++commandId;
+      return new Promise((resolve, reject) => {
+        const onMessage = (message: { ok: boolean; result?: LoadResult; id?: number; error?: string }) => {
+          if ((message.result?.id ?? message.id) !== id) return;
+          worker.off('message', onMessage);
+          if (message.ok) resolve(message.result!);
+          else reject(new Error(`load: ${message.error}`));
+        };
+        worker.on('message', onMessage);
+        worker.send({ ...command, id, connections });
+      });
+    },
+  };
+}
