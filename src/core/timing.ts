@@ -40,6 +40,8 @@ export class TimerQueue {
   #timer: NodeJS.Timeout | undefined;
   /** The due time the armed timer was set for: entries due by then fire when it does. */
   #armedFor = 0;
+  /** Entries due by then fire in the armed timer's turn of the event loop. */
+  #limit = 0;
 
   constructor(readonly ms: number) {}
 
@@ -75,12 +77,20 @@ export class TimerQueue {
 
   // The timer's callback. An entry due by the time the timer was armed for fires, as a Node.js timer of
   // its own would have then (both count in the event loop's clock, which may trail performance.now()).
-  // Entries added by the callbacks (a renewal re-queued) wait for the timer armed at the end: one at a time.
+  // It fires after this turn of the event loop has read its sockets, not now: Node.js runs timers before
+  // it polls for I/O, so after the loop was kept busy (a CPU-bound request, a starved machine), a store
+  // answer that arrived in time would still be waiting unread in its socket when its timeout fires, and
+  // the call would fail on the loop's lag rather than on the store. setImmediate runs after the poll phase:
+  // a call answered by then has removed its timeout, and only a store that has not answered times out.
   #run = (): void => {
-    const now = performance.now();
-    const limit = Math.max(now, this.#armedFor);
+    this.#limit = Math.max(performance.now(), this.#armedFor);
+    setImmediate(this.#fireDue);
+  };
+
+  // Entries added by the callbacks (a renewal re-queued) wait for the timer armed at the end: one at a time.
+  #fireDue = (): void => {
     try {
-      for (let entry = this.#head; entry !== undefined && entry.due <= limit; entry = this.#head) {
+      for (let entry = this.#head; entry !== undefined && entry.due <= this.#limit; entry = this.#head) {
         this.remove(entry);
         entry.fire();
       }
