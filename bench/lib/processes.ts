@@ -63,19 +63,34 @@ export function startLoad(connections: number, cleanups: Cleanups): LoadGenerato
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   cleanups.push(() => void worker.kill());
+  // A load process that dies (a missing dependency, a crash) fails the command waiting on it, rather than leaving it waiting.
+  let exited: Error | undefined;
+  worker.once('exit', (code, signal) => {
+    exited = new Error(`load: the load process exited (${signal ?? `code ${code}`})`);
+  });
   let commandId = 0;
   return {
     pid: worker.pid!,
     load(command) {
       const id = ++commandId;
       return new Promise((resolve, reject) => {
+        if (exited !== undefined) return reject(exited);
         const onMessage = (message: { ok: boolean; result?: LoadResult; id?: number; error?: string }) => {
           if ((message.result?.id ?? message.id) !== id) return;
-          worker.off('message', onMessage);
+          done();
           if (message.ok) resolve(message.result!);
           else reject(new Error(`load: ${message.error}`));
         };
+        const onExit = () => {
+          done();
+          reject(exited);
+        };
+        const done = () => {
+          worker.off('message', onMessage);
+          worker.off('exit', onExit);
+        };
         worker.on('message', onMessage);
+        worker.once('exit', onExit);
         worker.send({ ...command, id, connections });
       });
     },
