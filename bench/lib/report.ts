@@ -56,6 +56,10 @@ interface Profile {
 export interface Previous {
   date: string;
   commit: string;
+  /** `<cpu>, <cores> cores`: ratios from another machine compare only loosely. */
+  machine?: string;
+  /** The tRPC baseline's req/s (median of its runs): how fast that machine served the bare procedure. */
+  baseline_rps?: number;
   ratios: Record<string, number>;
   overhead_us_per_call: number;
 }
@@ -65,7 +69,14 @@ const SUMMARY = /<!-- bench-summary (\{.*\}) -->/;
 /** The summary the committed RESULTS.md carries, or what its tables say (a record older than the summary). */
 export function previousOf(markdown: string): Previous | undefined {
   const match = SUMMARY.exec(markdown);
-  if (match) return JSON.parse(match[1]!) as Previous;
+  if (match) {
+    const previous = JSON.parse(match[1]!) as Previous;
+    return {
+      ...previous,
+      machine: machineOf(previous, markdown),
+      baseline_rps: previous.baseline_rps ?? baselineRpsOf(markdown),
+    };
+  }
   const date = /\((\d{4}-\d\d-\d\dT[^)]+)\)/.exec(markdown)?.[1];
   const ratios = Object.fromEntries(
     [...markdown.matchAll(/^\| ([a-z0-9-]+) \|[^|]*\|[^|]*\| \*\*([0-9.]+)\*\* \|/gm)].map((m) => [
@@ -76,6 +87,36 @@ export function previousOf(markdown: string): Previous | undefined {
   const overhead = /\*\*([0-9.]+) µs per call\*\*/.exec(markdown)?.[1];
   if (date === undefined || Object.keys(ratios).length === 0) return undefined;
   return { date, commit: 'unknown', ratios, overhead_us_per_call: Number(overhead ?? Number.NaN) };
+}
+
+/** The summary's machine, or the one a record written before the summary named it says in its Machine line. */
+function machineOf(previous: Previous, markdown: string): string | undefined {
+  if (previous.machine !== undefined) return previous.machine;
+  const line = /\*\*Machine:\*\* ([^;]+), (\d+) cores/.exec(markdown);
+  return line === null ? undefined : `${line[1]}, ${line[2]} cores`;
+}
+
+/** A record written before the summary gave it: the median "Baseline req/s" of the rows run against the tRPC baseline. */
+function baselineRpsOf(markdown: string): number | undefined {
+  const own = [...markdown.matchAll(/^\| ([a-z0-9-]+) \| ([0-9,]+) \|[^|]*\| \*\*[0-9.]+\*\* \|/gm)]
+    .filter((m) => !m[1]!.startsWith('express-'))
+    .map((m) => Number(m[2]!.replaceAll(',', '')));
+  if (own.length === 0) return undefined;
+  own.sort((a, b) => a - b);
+  return own[Math.floor(own.length / 2)];
+}
+
+/** The machine a record ran on, as the summary names it. */
+export function machineName(results: Pick<Results, 'machine'>): string {
+  return `${results.machine.cpu}, ${results.machine.cores} cores`;
+}
+
+/** The tRPC baseline's median req/s over the saturation runs. */
+export function baselineRps(results: Pick<Results, 'rows'>): number | undefined {
+  const own = results.rows.filter((r) => r.baseline === 'baseline').map((r) => r.baseline_rps);
+  if (own.length === 0) return undefined;
+  own.sort((a, b) => a - b);
+  return Math.round(own[Math.floor(own.length / 2)]!);
 }
 
 function latencyTable(rows: Latency[]): string {
@@ -298,6 +339,7 @@ function sinceLast(results: Results): string {
     '',
     `The previous record: ${prev.date.slice(0, 16).replace('T', ' ')} UTC, commit ${prev.commit}; this one: commit ${results.commit}.`,
     '',
+    ...machineChange(results, prev),
     '| Variant | Ratio then | Ratio now |',
     '| --- | ---: | ---: |',
   ];
@@ -309,6 +351,24 @@ function sinceLast(results: Results): string {
     `| in-process overhead, µs per call | ${Number.isNaN(prev.overhead_us_per_call) ? '' : prev.overhead_us_per_call} | ${results.overhead_us_per_call} |`,
   );
   return lines.join('\n');
+}
+
+/** What a reader must know before comparing the two records' ratios: whether the machine changed. */
+function machineChange(results: Results, prev: Previous): string[] {
+  const now = machineName(results);
+  const rps = baselineRps(results);
+  const speed =
+    prev.baseline_rps === undefined || rps === undefined
+      ? ''
+      : ` The bare tRPC baseline served ${fmt(prev.baseline_rps)} req/s then and ${fmt(rps)} now.`;
+  if (prev.machine === undefined) return speed === '' ? [] : [speed.trim(), ''];
+  if (prev.machine === now) return [`Same machine type (${now}).${speed}`, ''];
+  return [
+    `**Another machine:** ${prev.machine} then, ${now} now.${speed} A ratio is each variant against its baseline on the`,
+    'same machine, but how the server, the load generator and the stores share the cores, and so each ratio, depends on',
+    "the machine's speed: read the change between these two records as the machine's as much as the code's.",
+    '',
+  ];
 }
 
 export function renderMarkdown(results: Results): string {
@@ -436,6 +496,8 @@ Raw runs: \`bench/results.json\` (not committed). Run it: \`npm run bench\` (nee
 <!-- bench-summary ${JSON.stringify({
     date: results.date,
     commit: results.commit,
+    machine: machineName(results),
+    baseline_rps: baselineRps(results),
     ratios: Object.fromEntries(results.rows.map((r) => [r.name, r.ratio])),
     overhead_us_per_call: results.overhead_us_per_call,
   } satisfies Previous)} -->
