@@ -51,6 +51,28 @@ export function checkStepName(name: unknown): asserts name is string {
   }
 }
 
+/**
+ * The `step` event of a step that finished, timed from `started` (performance.now() time; a resumed
+ * step took none). Neither the clock nor the event is touched when nobody listens.
+ */
+function reportStep(
+  scope: EngineScope,
+  call: Call,
+  step: string,
+  reason: 'ran' | 'resumed' | 'unprotected',
+  started: number | undefined,
+): void {
+  if (!scope.observed) return;
+  scope.emit({
+    result: 'step',
+    name: call.name,
+    keyHash: call.keyHash,
+    durationMs: started === undefined ? 0 : performance.now() - started,
+    step,
+    reason,
+  });
+}
+
 function describe(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(value) : value === null ? 'null' : typeof value;
 }
@@ -110,21 +132,12 @@ export class StepLog {
       if (recorded.name !== name) throw this.#mismatch();
       this.#bytes += Buffer.byteLength(recorded.body);
       const value = call.codec.deserialize(recorded.body) as T;
-      if (scope.observed) {
-        scope.emit({
-          result: 'step',
-          name: call.name,
-          keyHash: call.keyHash,
-          durationMs: 0,
-          step: name,
-          reason: 'resumed',
-        });
-      }
+      reportStep(scope, call, name, 'resumed', undefined);
       return value;
     }
     if (this.lease.wasLost()) throw this.#lost(name);
     this.#running = name;
-    const started = performance.now();
+    const started = scope.observed ? performance.now() : 0;
     let value: T;
     try {
       value = await fn({ key: deriveStepKey(call.id, name) });
@@ -136,14 +149,7 @@ export class StepLog {
       this.#running = undefined;
     }
     await this.#save(index, name, value);
-    scope.emit({
-      result: 'step',
-      name: call.name,
-      keyHash: call.keyHash,
-      durationMs: performance.now() - started,
-      step: name,
-      reason: 'ran',
-    });
+    reportStep(scope, call, name, 'ran', started);
     return value;
   }
 
@@ -275,16 +281,9 @@ export function unrecordedCall(
     stepKey,
     async step(name, fn) {
       const key = stepKey(name);
-      const started = performance.now();
+      const started = scope.observed ? performance.now() : 0;
       const value = await fn({ key });
-      scope.emit({
-        result: 'step',
-        name: call.name,
-        keyHash: call.keyHash,
-        durationMs: performance.now() - started,
-        step: name,
-        reason: 'unprotected',
-      });
+      reportStep(scope, call, name, 'unprotected', started);
       return value;
     },
   };
