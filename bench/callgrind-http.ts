@@ -13,13 +13,14 @@
  * compiler or GC thread runs beside it. Requests are sent CONCURRENCY at a time (default 4).
  * Redis and PostgreSQL are the bench's own (a private redis-server, a migrated schema).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PAY_BODY } from './lib/app.js';
+import { type Cleanups, runCleanups, startServer } from './lib/processes.js';
 import { createSchema, startRedis } from './lib/services.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
@@ -56,13 +57,10 @@ const names = chosen.length > 0 ? ['baseline', ...chosen.filter((n) => n !== 'ba
 // The server as plain JavaScript (no loader thread under valgrind), beside a copy of dist/ and the
 // same node_modules it resolves from in bench/.
 const out = mkdtempSync(join(tmpdir(), 'bench-callgrind-http-'));
-const cleanups: (() => unknown)[] = [() => rmSync(out, { recursive: true, force: true })];
+const cleanups: Cleanups = [() => rmSync(out, { recursive: true, force: true })];
 process.on('SIGINT', () => {
-  void stop().then(() => process.exit(130));
+  void runCleanups(cleanups).then(() => process.exit(130));
 });
-async function stop() {
-  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
-}
 
 try {
   mkdirSync(join(out, 'bench'));
@@ -106,40 +104,25 @@ try {
     );
   }
 } finally {
-  await stop();
+  await runCleanups(cleanups);
 }
 
 /** Instructions per request of one server variant: warmed up uninstrumented, then counted. */
 async function count(name: string, variant: string, keys: 'fresh' | 'replay', env: Record<string, string>) {
   const file = join(out, `${name}.callgrind`);
-  const child = spawn(
-    'valgrind',
-    [
+  const valgrindLog = join(out, `${name}.valgrind.log`);
+  const server = await startServer(variant, env, cleanups, {
+    prefix: [
+      'valgrind',
       '--tool=callgrind',
       '--instr-atstart=no',
       `--callgrind-out-file=${file}`,
-      process.execPath,
-      '--single-threaded',
-      join(out, 'bench/server.mjs'),
-      variant,
+      `--log-file=${valgrindLog}`,
     ],
-    { env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  let log = '';
-  child.stderr!.on('data', (chunk: Buffer) => {
-    log += chunk.toString();
+    script: ['--single-threaded', join(out, 'bench/server.mjs')],
   });
+  const { child, url } = server;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  cleanups.push(() => child.kill('SIGKILL'));
-  const url = await new Promise<string>((resolve, reject) => {
-    let text = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      text += chunk.toString();
-      const match = /\{"ready":(\d+)\}/.exec(text);
-      if (match) resolve(`http://127.0.0.1:${match[1]}`);
-    });
-    child.once('exit', (code) => reject(new Error(`${name}: the server exited with ${code}\n${log.slice(-2000)}`)));
-  });
   const pool = Array.from({ length: REPLAY_KEYS }, (_, n) => `${name}-${n}`);
   let next = 0;
   const nextKey = keys === 'fresh' ? () => randomUUID() : () => pool[next++ % pool.length]!;
@@ -152,7 +135,9 @@ async function count(name: string, variant: string, keys: 'fresh' | 'replay', en
   await exited;
   // The dump written on --dump: <file>.<n>; totals of the instrumented window only.
   const dumps = readdirSync(out).filter((f) => f.startsWith(`${name}.callgrind.`));
-  if (dumps.length === 0) throw new Error(`${name}: callgrind wrote no dump\n${log.slice(-2000)}`);
+  if (dumps.length === 0) {
+    throw new Error(`${name}: callgrind wrote no dump\n${readFileSync(valgrindLog, 'utf8').slice(-2000)}`);
+  }
   const dump = join(out, dumps.sort().at(-1)!);
   // CALLGRIND_KEEP=<dir>: keep each dump there, for callgrind_annotate.
   if (process.env.CALLGRIND_KEEP) cpSync(dump, join(process.env.CALLGRIND_KEEP, `${name}.callgrind`));

@@ -73,7 +73,7 @@ process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
 
 // BENCH_PIN: the server under test alone on CPU 0.
 const startServer = (variant: string, env: Record<string, string>): Promise<Server> =>
-  startBenchServer(variant, env, cleanups, PIN ? ['taskset', '-c', '0'] : []);
+  startBenchServer(variant, env, cleanups, { prefix: PIN ? ['taskset', '-c', '0'] : [] });
 
 let loadGenerator: LoadGenerator;
 const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);

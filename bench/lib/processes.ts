@@ -22,17 +22,24 @@ export interface Server {
   child: ChildProcess;
 }
 
+/** How to run a server: under another command, or as another script. */
+export interface ServerCommand {
+  /** A command and its arguments to run it under (`taskset -c 0`, valgrind). */
+  prefix?: string[];
+  /** Node's arguments before the variant; default: `bench/server.ts` through tsx. */
+  script?: string[];
+}
+
 /**
  * Starts `bench/server.ts <variant>` on a free port and resolves once it prints `{"ready":port}`.
- * `prefix`: a command and its arguments to run it under (`taskset -c 0`).
  */
 export function startServer(
   variant: string,
   env: Record<string, string>,
   cleanups: Cleanups,
-  prefix: string[] = [],
+  { prefix = [], script = ['--import', 'tsx', here('../server.ts')] }: ServerCommand = {},
 ): Promise<Server> {
-  const args = ['--import', 'tsx', here('../server.ts'), variant];
+  const args = [...script, variant];
   const [command, ...rest] = prefix.length > 0 ? [...prefix, process.execPath, ...args] : [process.execPath, ...args];
   const child: ChildProcess = spawn(command!, rest, {
     env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
