@@ -151,7 +151,7 @@ export interface RedisPauseReport {
  *   (a stored outcome does not die with its process);
  * - a re-run after an unrecorded step (`payInSteps` keys only): the earlier
  *   run stopped at a step whose result it could not record, and stored no
- *   outcome. Its pod logged why: the store failed to record it (`save_step`,
+ *   outcome. That run logged why: the store failed to record it (`save_step`,
  *   a 500 `step_unrecorded` that releases the key), or the claim was lost
  *   (`lease_lost`, an `in_progress` error), or the release that follows
  *   either (`released`, or a failed `release` that leaves the claim to
@@ -257,6 +257,8 @@ async function once<T>(url: string, command: (redis: Redis) => Promise<T>): Prom
 
 interface Run {
   pod: string;
+  /** The HTTP request of `pod` the line came from (numbered per app process): a run and its own events share it. */
+  request: string;
   at: number;
   /** Index of the store's redis-server process that held the claim. */
   server: number;
@@ -472,13 +474,14 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     for (const line of lines) {
       const parts = line.split(' ');
       if (parts[0] === 'run') {
-        const [, pod, key, at, readyAt] = parts as [string, string, string, string, string];
+        const [, pod, key, at, readyAt, request] = parts as [string, string, string, string, string, string];
         executions++;
         let list = runs.get(key);
         if (list === undefined) runs.set(key, (list = []));
-        list.push({ pod, at: Number(at), server: serverOf(Number(readyAt)) });
+        list.push({ pod, request, at: Number(at), server: serverOf(Number(readyAt)) });
       } else if (parts[0] === 'ev') {
-        const [, pod, key, at, readyAt, eventResult, detail] = parts as [
+        const [, pod, key, at, readyAt, request, eventResult, detail] = parts as [
+          string,
           string,
           string,
           string,
@@ -489,14 +492,22 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
         ];
         let list = podEvents.get(key);
         if (list === undefined) podEvents.set(key, (list = []));
-        list.push({ pod, at: Number(at), server: serverOf(Number(readyAt)), result: eventResult, detail });
+        list.push({ pod, request, at: Number(at), server: serverOf(Number(readyAt)), result: eventResult, detail });
       } else if (parts[0] === 'step' || parts[0] === 'stepend' || parts[0] === 'stepok') {
-        const [kind, pod, key, at, readyAt, name] = parts as [StepLine['kind'], string, string, string, string, string];
+        const [kind, pod, key, at, readyAt, request, name] = parts as [
+          StepLine['kind'],
+          string,
+          string,
+          string,
+          string,
+          string,
+          string,
+        ];
         let byName = stepLines.get(key);
         if (byName === undefined) stepLines.set(key, (byName = new Map()));
         let list = byName.get(name);
         if (list === undefined) byName.set(name, (list = []));
-        list.push({ kind, pod, at: Number(at), server: serverOf(Number(readyAt)) });
+        list.push({ kind, pod, request, at: Number(at), server: serverOf(Number(readyAt)) });
       }
     }
     for (const list of podEvents.values()) list.sort((x, y) => x.at - y.at);
@@ -552,8 +563,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           !keyEvents.some(
             (e) =>
               e.result === 'completed' &&
-              e.pod === earlier.pod &&
-              e.at >= earlier.at &&
+              ofRun(e, earlier) &&
               e.at <= later.at &&
               (persist || e.server === later.server),
           )
@@ -596,7 +606,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
           const later = starts[i + 1]!;
           stepReRuns.total++;
           const between = (kind: StepLine['kind']) =>
-            list.some((l) => l.kind === kind && l.pod === earlier.pod && l.at >= earlier.at && l.at <= later.at);
+            list.some((l) => l.kind === kind && ofRun(l, earlier) && l.at <= later.at);
           const killedAt = kills.get(earlier.pod);
           if (!persist && later.server > earlier.server) stepReRuns.byRedisRestart++;
           else if (killedAt !== undefined && later.at >= killedAt && !between('stepok')) {
@@ -606,8 +616,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
             !between('stepok') &&
             keyEvents.some(
               (e) =>
-                e.pod === earlier.pod &&
-                e.at >= earlier.at &&
+                ofRun(e, earlier) &&
                 e.at <= later.at &&
                 ((e.result === 'store_error' && e.detail === 'save_step') || e.result === 'lease_lost'),
             )
@@ -749,11 +758,20 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     };
 
     /**
+     * A line of `run` itself: the same app process and HTTP request. (Times alone cannot tell: the next
+     * run of a key on the same process can start, and even complete, within the same millisecond as
+     * the last event of the one before.)
+     */
+    function ofRun(line: Run, run: Run): boolean {
+      return line.pod === run.pod && line.request === run.request;
+    }
+
+    /**
      * The earlier run of a `payInSteps` key stopped at a step it could not record, before the later run:
      * its pod logged a failed `save_step`, a lost claim or a release, and no stored outcome.
      */
     function stoppedAtUnrecordedStep(keyEvents: PodEvent[], earlier: Run, later: Run): boolean {
-      const between = keyEvents.filter((e) => e.pod === earlier.pod && e.at >= earlier.at && e.at <= later.at);
+      const between = keyEvents.filter((e) => ofRun(e, earlier) && e.at <= later.at);
       return (
         !between.some((e) => e.result === 'completed') &&
         between.some(
@@ -772,7 +790,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       );
       return all
         .sort((x, y) => x.at - y.at)
-        .map((l) => `${l.pod} ${l.kind} ${l.name} at +${(rel(l.at) / 1000).toFixed(3)} (Redis #${l.server})`)
+        .map(
+          (l) => `${l.pod}#${l.request} ${l.kind} ${l.name} at +${(rel(l.at) / 1000).toFixed(3)} (Redis #${l.server})`,
+        )
         .join('; ');
     }
 
@@ -798,8 +818,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       const near = faults.filter((f) => f.at >= from && f.at <= to);
       const out = [
         `${key}, first sent ${record === undefined ? '?' : s(record.firstSentAt)} s (${isAfter(key) ? 'after' : 'before'} the last Redis restart settled${lastRestart === undefined ? '' : ` at +${(lastRestart.upAt / 1000).toFixed(3)}`})`,
-        `runs: ${keyRuns.map((r) => `${r.pod} at ${s(r.at)} on Redis #${r.server}`).join('; ') || 'none logged'}`,
-        `events: ${keyEvents.map((e) => `${e.pod} ${e.result}${e.detail === '-' ? '' : ` ${e.detail}`} at ${s(e.at)} (Redis #${e.server})`).join('; ') || 'none'}`,
+        `runs: ${keyRuns.map((r) => `${r.pod}#${r.request} at ${s(r.at)} on Redis #${r.server}`).join('; ') || 'none logged'}`,
+        `events: ${keyEvents.map((e) => `${e.pod}#${e.request} ${e.result}${e.detail === '-' ? '' : ` ${e.detail}`} at ${s(e.at)} (Redis #${e.server})`).join('; ') || 'none'}`,
         `requests: ${
           keyAttempts
             .slice(0, 16)
