@@ -54,7 +54,9 @@ const stores: [string, () => IdempotencyStore][] = [
 ];
 
 describe.each(stores)('on %s', (_name, makeStore) => {
-  const LOCK_TTL = 600;
+  // These tests are about what is stored, not about timeouts: a store timeout (at most lockTtl / 3) that a claim on a
+  // loaded machine meets, a new pool connection included (200 ms was not always enough in CI).
+  const LOCK_TTL = 1_500;
   let shared: IdempotencyStore | undefined;
   function engineOn(options: IdempotencyEngineOptions = {}) {
     const events: IdempotencyEvent[] = [];
@@ -62,7 +64,7 @@ describe.each(stores)('on %s', (_name, makeStore) => {
     const engine = createIdempotencyEngine({
       store: shared,
       lockTtl: LOCK_TTL,
-      storeTimeout: 200,
+      storeTimeout: LOCK_TTL / 3,
       onEvent: (e) => events.push(e),
       ...options,
     });

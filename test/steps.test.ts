@@ -100,7 +100,7 @@ describe.each(stores)('steps on the %s store', (_name, makeStore) => {
 
   it('a holder whose claim expired (a crash) is followed by one that resumes after its last recorded step', async () => {
     // maxRunTime stops renewing the first holder's claim, as a crash would; it expires lockTtl later.
-    const { engine } = engineWith({ lockTtl: 300, storeTimeout: 100, maxRunTime: 50 });
+    const { engine } = engineWith({ lockTtl: 900, storeTimeout: 300, maxRunTime: 50 });
     const { runs, work } = counter();
     const key = randomUUID();
     let stall = true;
@@ -185,12 +185,12 @@ describe.each(stores)('steps on the %s store', (_name, makeStore) => {
   });
 
   it('deletes the steps with the stored outcome: once it expires, the key runs afresh', async () => {
-    const { engine } = engineWith({ ttl: 400, lockTtl: 300, storeTimeout: 100 });
+    const { engine } = engineWith({ ttl: 1_000, lockTtl: 900, storeTimeout: 300 });
     const { runs, work } = counter();
     const key = randomUUID();
     const op = () => engine.run({ key, name: 'op', payload: {} }, ({ step }) => step('only', work('only', 1)));
     await op();
-    await sleep(600);
+    await sleep(1_300);
     expect(await op()).toEqual({ value: 1, replayed: false });
     expect(runs).toEqual({ only: 2 });
   });
