@@ -230,7 +230,8 @@ async function main() {
   await admins.get(redisEmpty)!.config('RESETSTAT');
 
   log('starting the servers');
-  const env = { REDIS_URL: redisMain.url, PG_URL: schemas.main!.url };
+  // The application's ioredis client as ioredis makes it (no auto-pipelining), except in the two servers below.
+  const env = { REDIS_URL: redisMain.url, PG_URL: schemas.main!.url, BENCH_AUTO_PIPELINING: '0' };
   const variants = [
     'baseline',
     'round-trips',
@@ -245,6 +246,11 @@ async function main() {
   ];
   const servers: Record<string, Server> = {};
   for (const variant of variants) servers[variant] = await startServer(variant, env);
+  // The same baseline and Redis store with the application's client in enableAutoPipelining mode: the
+  // commands issued in one tick of the event loop reach Redis in one write (see the report).
+  const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
+  servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
+  servers['redis-autopipelining'] = await startServer('redis', pipelined);
   const growth = {
     'redis-empty': await startServer('redis', { REDIS_URL: redisEmpty.url }),
     'redis-full': await startServer('redis', { REDIS_URL: redisFull.url }),
@@ -267,6 +273,7 @@ async function main() {
   for (const [name, server, baseline] of [
     ['memory', 'memory', 'baseline'],
     ['redis', 'redis', 'baseline'],
+    ['redis-autopipelining', 'redis-autopipelining', 'baseline-autopipelining'],
     ['postgres', 'postgres', 'baseline'],
     ['node-idempotency', 'node-idempotency', 'baseline'],
     ['powertools', 'powertools', 'baseline'],
@@ -304,6 +311,7 @@ async function main() {
   const peakOf = (baseline: string) => median(runs.filter((r) => r.name === baseline).map((r) => r.rps));
   const rateOf = {
     baseline: Math.round(peakOf('baseline') / 2),
+    'baseline-autopipelining': Math.round(peakOf('baseline-autopipelining') / 2),
     'express-baseline': Math.round(peakOf('express-baseline') / 2),
   };
   log(`latency at a fixed rate: ${rateOf.baseline} req/s (tRPC), ${rateOf['express-baseline']} req/s (Express)`);
@@ -447,6 +455,7 @@ async function main() {
       server_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.server_cpu_us_per_req))),
       baseline_server_cpu_us_per_req: Math.round(median(base.map((r) => r.server_cpu_us_per_req))),
       redis_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.redis_cpu_us_per_req))),
+      baseline_redis_cpu_us_per_req: Math.round(median(base.map((r) => r.redis_cpu_us_per_req))),
       postgres_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.postgres_cpu_us_per_req))),
       redis_calls_per_req: mine.at(-1)!.variant.redis_calls_per_req,
       non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),

@@ -15,7 +15,9 @@ interface Row {
   baseline_server_cpu_us_per_req: number;
   redis_calls_per_req: Record<string, number>;
   postgres_cpu_us_per_req: number;
+  /** The redis-server process's CPU (user + system) per request, and the baselines' around it. */
   redis_cpu_us_per_req: number;
+  baseline_redis_cpu_us_per_req: number;
   non2xx: number;
 }
 
@@ -225,8 +227,8 @@ const ms = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(1));
 
 function rowsTable(rows: Row[]): string {
   const lines = [
-    '| Variant | Baseline req/s | req/s | Ratio | Ratio per round | p50 / p99 ms (baseline) | Server CPU µs/req (baseline) | Redis commands/req |',
-    '| --- | ---: | ---: | ---: | --- | --- | --- | --- |',
+    '| Variant | Baseline req/s | req/s | Ratio | Ratio per round | p50 / p99 ms (baseline) | Server CPU µs/req (baseline) | Redis CPU µs/req (baseline) | Redis commands/req |',
+    '| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- |',
   ];
   for (const r of rows) {
     const { sent, inScripts } = redisCommands(r.redis_calls_per_req);
@@ -235,7 +237,7 @@ function rowsTable(rows: Row[]): string {
         ? '0'
         : `${sent}${inScripts > 0 ? ` (+${inScripts} in scripts)` : ''}`;
     lines.push(
-      `| ${r.name} | ${fmt(r.baseline_rps)} | ${fmt(r.rps)} | **${r.ratio.toFixed(2)}** | ${r.ratios.map((x) => x.toFixed(2)).join(' ')} | ${ms(r.p50_ms)} / ${ms(r.p99_ms)} (${ms(r.baseline_p50_ms)} / ${ms(r.baseline_p99_ms)}) | ${r.server_cpu_us_per_req} (${r.baseline_server_cpu_us_per_req}) | ${cmds} |${r.non2xx > 0 ? ` ⚠ ${r.non2xx} errors` : ''}`,
+      `| ${r.name} | ${fmt(r.baseline_rps)} | ${fmt(r.rps)} | **${r.ratio.toFixed(2)}** | ${r.ratios.map((x) => x.toFixed(2)).join(' ')} | ${ms(r.p50_ms)} / ${ms(r.p99_ms)} (${ms(r.baseline_p50_ms)} / ${ms(r.baseline_p99_ms)}) | ${r.server_cpu_us_per_req} (${r.baseline_server_cpu_us_per_req}) | ${r.redis_cpu_us_per_req} (${r.baseline_redis_cpu_us_per_req}) | ${cmds} |${r.non2xx > 0 ? ` ⚠ ${r.non2xx} errors` : ''}`,
     );
   }
   return lines.join('\n');
@@ -402,7 +404,9 @@ The operation is one tRPC mutation (\`POST /pay\`) whose handler does one Redis 
 *first*: a fresh \`Idempotency-Key\` per request (every request runs the procedure); *replay*: ${results.settings.replay_keys} keys completed
 beforehand, reused in turn (no request runs it). The machine also runs the load generator, Redis and PostgreSQL on
 its ${results.machine.cores} cores (pinned: ${results.settings.pinned ?? 'no'}), so absolute numbers are for context: compare ratios. Server CPU is the server process's user + system
-time over the run, per request; Redis commands are \`INFO commandstats\` deltas over the run, per request, the handler's INCR left out.
+time over the run, per request; Redis CPU is the same for the redis-server process (the store, the handler's INCR, and the
+peers' commands: it runs on the same cores as the server); Redis commands are \`INFO commandstats\` deltas over the run, per
+request, the handler's INCR left out.
 
 ## trpc-idempotency
 
@@ -412,8 +416,11 @@ The two *floor* rows have no idempotency at all; they bound what any layer can r
 - **floor-2-redis-round-trips**: the baseline handler with two more Redis round trips (EXISTS before and after the
   INCR), as many as a first execution needs at least (claim, completion).
 - **floor-no-io-handler**: the baseline's result made without the INCR, so the response is produced with no I/O at all,
-  as a replay from the memory store is. Node then writes the body and the end of the response together with one
-  \`writev\`, which costs this server more CPU than the baseline's separate writes.
+  as a replay from the memory store is.
+
+**redis-autopipelining** is the Redis store on an application client created with ioredis's \`enableAutoPipelining: true\`
+(the commands issued in one tick of the event loop reach Redis in one write), against a baseline whose client has it too
+(its INCR is pipelined as well). Every other row uses a client as ioredis makes it by default.
 
 ## Peers
 
