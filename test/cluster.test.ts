@@ -13,21 +13,32 @@ import { type PrivateCluster, startPrivateCluster } from './helpers/redis-server
 
 let cluster: PrivateCluster;
 let client: Cluster;
+/** The same cluster through a client with enableAutoPipelining (commands of one tick sent together, per node). */
+let pipelined: Cluster;
 const stores: RedisStore[] = [];
 
 beforeAll(async () => {
   cluster = await startPrivateCluster(3);
-  client = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
-  await client.ping();
+  const nodes = cluster.ports.map((port) => ({ host: '127.0.0.1', port }));
+  client = new Cluster(nodes);
+  pipelined = new Cluster(nodes, { enableAutoPipelining: true });
+  await Promise.all([client.ping(), pipelined.ping()]);
 }, 60_000);
 afterAll(async () => {
   await Promise.all(stores.map((s) => s.close()));
   client?.disconnect();
+  pipelined?.disconnect();
   await cluster?.stop();
 });
 
 describeStoreContract('redis cluster', () => {
   const store = redisStore({ client, prefix: 'c:' });
+  stores.push(store);
+  return { store, advance: sleep };
+});
+
+describeStoreContract('redis cluster, client with enableAutoPipelining', () => {
+  const store = redisStore({ client: pipelined, prefix: 'cp:' });
   stores.push(store);
   return { store, advance: sleep };
 });

@@ -31,6 +31,15 @@ describeStoreContract('redis', () => {
   return { store, advance: sleep };
 });
 
+// ioredis's enableAutoPipelining sends the commands of one tick together (docs/performance.md recommends it).
+const pipelined = new Redis(REDIS_URL, { enableAutoPipelining: true });
+afterAll(() => pipelined.disconnect());
+describeStoreContract('redis, client with enableAutoPipelining', () => {
+  const store = redisStore({ client: pipelined, prefix });
+  stores.push(store);
+  return { store, advance: sleep };
+});
+
 describe('redis store specifics', () => {
   it('reloads its scripts after SCRIPT FLUSH (a restart or failover empties the cache)', async () => {
     const store = redisStore({ client: redis, prefix });
