@@ -472,42 +472,26 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const lines = await once(logUrl, (r) => r.lrange(LOG_KEY, 0, -1));
     let executions = 0;
     for (const line of lines) {
-      const parts = line.split(' ');
-      if (parts[0] === 'run') {
-        const [, pod, key, at, readyAt, request] = parts as [string, string, string, string, string, string];
+      // kind, app process, key, time, store connection ready at, HTTP request, then the kind's own fields
+      const [kind, pod = '', key = '', at, readyAt, request = '', ...rest] = line.split(' ');
+      const base: Run = { pod, request, at: Number(at), server: serverOf(Number(readyAt)) };
+      if (kind === 'run') {
         executions++;
         let list = runs.get(key);
         if (list === undefined) runs.set(key, (list = []));
-        list.push({ pod, request, at: Number(at), server: serverOf(Number(readyAt)) });
-      } else if (parts[0] === 'ev') {
-        const [, pod, key, at, readyAt, request, eventResult, detail] = parts as [
-          string,
-          string,
-          string,
-          string,
-          string,
-          string,
-          string,
-          string,
-        ];
+        list.push(base);
+      } else if (kind === 'ev') {
+        const [result = '', detail = ''] = rest;
         let list = podEvents.get(key);
         if (list === undefined) podEvents.set(key, (list = []));
-        list.push({ pod, request, at: Number(at), server: serverOf(Number(readyAt)), result: eventResult, detail });
-      } else if (parts[0] === 'step' || parts[0] === 'stepend' || parts[0] === 'stepok') {
-        const [kind, pod, key, at, readyAt, request, name] = parts as [
-          StepLine['kind'],
-          string,
-          string,
-          string,
-          string,
-          string,
-          string,
-        ];
+        list.push({ ...base, result, detail });
+      } else if (kind === 'step' || kind === 'stepend' || kind === 'stepok') {
+        const [name = ''] = rest;
         let byName = stepLines.get(key);
         if (byName === undefined) stepLines.set(key, (byName = new Map()));
         let list = byName.get(name);
         if (list === undefined) byName.set(name, (list = []));
-        list.push({ kind, pod, request, at: Number(at), server: serverOf(Number(readyAt)) });
+        list.push({ ...base, kind });
       }
     }
     for (const list of podEvents.values()) list.sort((x, y) => x.at - y.at);
