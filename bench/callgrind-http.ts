@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PAY_BODY } from './lib/app.js';
-import { type Cleanups, runCleanups, startServer } from './lib/processes.js';
+import { type Cleanups, exitOnInterrupt, runCleanups, startServer } from './lib/processes.js';
 import { createSchema, startRedis } from './lib/services.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
@@ -37,16 +37,12 @@ const VARIANTS: Record<string, [string, 'fresh' | 'replay']> = {
   baseline: ['baseline', 'fresh'],
   'floor-2-redis-round-trips': ['round-trips', 'fresh'],
   'floor-no-io-handler': ['no-io', 'fresh'],
-  'memory-first': ['memory', 'fresh'],
-  'memory-replay': ['memory', 'replay'],
-  'redis-first': ['redis', 'fresh'],
-  'redis-replay': ['redis', 'replay'],
-  'postgres-first': ['postgres', 'fresh'],
-  'postgres-replay': ['postgres', 'replay'],
-  'node-idempotency-first': ['node-idempotency', 'fresh'],
-  'node-idempotency-replay': ['node-idempotency', 'replay'],
-  'powertools-first': ['powertools', 'fresh'],
-  'powertools-replay': ['powertools', 'replay'],
+  ...Object.fromEntries(
+    ['memory', 'redis', 'postgres', 'node-idempotency', 'powertools'].flatMap((server) => [
+      [`${server}-first`, [server, 'fresh']],
+      [`${server}-replay`, [server, 'replay']],
+    ]),
+  ),
 };
 
 const chosen = process.argv.slice(2);
@@ -58,9 +54,7 @@ const names = chosen.length > 0 ? ['baseline', ...chosen.filter((n) => n !== 'ba
 // same node_modules it resolves from in bench/.
 const out = mkdtempSync(join(tmpdir(), 'bench-callgrind-http-'));
 const cleanups: Cleanups = [() => rmSync(out, { recursive: true, force: true })];
-process.on('SIGINT', () => {
-  void runCleanups(cleanups).then(() => process.exit(130));
-});
+exitOnInterrupt(cleanups);
 
 try {
   mkdirSync(join(out, 'bench'));

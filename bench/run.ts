@@ -18,6 +18,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
   type Cleanups,
+  exitOnInterrupt,
   type LoadGenerator,
   runCleanups,
   type Server,
@@ -69,7 +70,7 @@ const log = (message: string) =>
 // ---------------------------------------------------------------- processes
 const cleanups: Cleanups = [];
 const cleanup = () => runCleanups(cleanups);
-process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
+exitOnInterrupt(cleanups);
 
 // BENCH_PIN: the server under test alone on CPU 0.
 const startServer = (variant: string, env: Record<string, string>): Promise<Server> =>

@@ -15,6 +15,35 @@ export async function runCleanups(cleanups: Cleanups): Promise<void> {
   for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
 }
 
+/**
+ * On Ctrl-C: runs the cleanups (which never reject), then exits with 130, as a shell reports SIGINT.
+ * What was running then fails as its servers go away: those errors are the interruption's, and must
+ * not end the process before the cleanups have stopped the servers and removed the files.
+ */
+export function exitOnInterrupt(cleanups: Cleanups): void {
+  process.once('SIGINT', () => {
+    process.on('uncaughtException', () => {});
+    process.on('unhandledRejection', () => {});
+    void runCleanups(cleanups).then(() => process.exit(130));
+  });
+}
+
+/**
+ * SIGTERM, then SIGKILL if it has not exited within 10 s; resolves once it has exited (a server under
+ * valgrind still writes its dump as it exits: the files it writes to may be removed only after that).
+ */
+function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
 export interface Server {
   variant: string;
   url: string;
@@ -45,7 +74,7 @@ export function startServer(
     env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  cleanups.push(() => void child.kill('SIGTERM'));
+  cleanups.push(() => stop(child));
   return new Promise((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (chunk: Buffer) => {
