@@ -103,9 +103,12 @@ function baselineRpsOf(markdown: string): number | undefined {
   const own = [...markdown.matchAll(/^\| ([a-z0-9-]+) \| ([0-9,]+) \|[^|]*\| \*\*[0-9.]+\*\* \|/gm)]
     .filter((m) => !m[1]!.startsWith('express-'))
     .map((m) => Number(m[2]!.replaceAll(',', '')));
-  if (own.length === 0) return undefined;
-  own.sort((a, b) => a - b);
-  return own[Math.floor(own.length / 2)];
+  return middle(own);
+}
+
+/** The middle value (the upper of the two for an even count), or undefined for none. */
+function middle(values: number[]): number | undefined {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 }
 
 /** The machine a record ran on, as the summary names it. */
@@ -115,10 +118,8 @@ export function machineName(results: Pick<Results, 'machine'>): string {
 
 /** The tRPC baseline's median req/s over the saturation runs. */
 export function baselineRps(results: Pick<Results, 'rows'>): number | undefined {
-  const own = results.rows.filter((r) => r.baseline === 'baseline').map((r) => r.baseline_rps);
-  if (own.length === 0) return undefined;
-  own.sort((a, b) => a - b);
-  return Math.round(own[Math.floor(own.length / 2)]!);
+  const rps = middle(results.rows.filter((r) => r.baseline === 'baseline').map((r) => r.baseline_rps));
+  return rps === undefined ? undefined : Math.round(rps);
 }
 
 function latencyTable(rows: Latency[]): string {
