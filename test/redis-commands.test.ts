@@ -56,12 +56,26 @@ describe('Redis commands per request', () => {
 
     expect(first.sent).toBe(2);
     // TIME: a claim that takes the record checks its deadline by Redis's clock;
-    // HGETALL: it reads the steps recorded under the key, inside the same script
-    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hdel: 1, hgetall: 1 });
+    // HGETALL: it reads the steps recorded under the key, inside the same script.
+    // No HDEL: no one waited, so there is no waiter flag to remove.
+    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hgetall: 1 });
     expect(replay.sent).toBe(1);
     expect(replay.all).toEqual({ evalsha: 1, hmget: 1 });
     expect(rejection.sent).toBe(1);
     expect(rejection.all).toMatchObject({ evalsha: 1, hmget: 1 });
+  });
+
+  it('a completion that a request waited for removes the waiter flag and publishes once', async () => {
+    const store = redisStore({ client });
+    const id = `:waited:${randomUUID()}`;
+    await store.claim({ id, fingerprint: 'fp', token: 'holder', lockTtl: 5_000 });
+    await store.claim({ id, fingerprint: 'fp', token: 'waiter', lockTtl: 5_000, waiting: true });
+    expect(await client.hget(store.keyOf(id), 'w')).toBe('1');
+    const completion = await measure(() =>
+      store.complete({ id, fingerprint: 'fp', token: 'holder', state: 'completed', body: 'b', ttl: 10_000 }),
+    );
+    expect(completion.all).toEqual({ evalsha: 1, hmget: 1, hdel: 1, hset: 1, pexpire: 1, publish: 1 });
+    expect(await client.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 'holder' });
   });
 
   it('a step costs one script call; an operation that uses none costs nothing more', async () => {

@@ -81,7 +81,7 @@ if rec[1] then
     return 0
   end
   if rec[1] ~= 'p' then return 1 end
-  redis.call('HDEL', KEYS[1], 'w')
+  if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
