@@ -21,7 +21,7 @@ import {
   startServer as startBenchServer,
   startLoad,
 } from './lib/processes.js';
-import { cpuMicros, createSchema, postgresCpuMicros, startRedis } from './lib/services.js';
+import { cpuMicros, createSchema, postgresCpuCounter, startRedis } from './lib/services.js';
 import type { LoadCommand, LoadResult } from './load.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -45,13 +45,13 @@ async function measure(server: Server, keys: LoadCommand['keys']): Promise<Run> 
   }
   await load({ type: 'run', url: server.url, duration: 0.5, keys });
   const serverBefore = cpuMicros(server.pid);
-  const postgresBefore = postgresCpuMicros();
+  const postgresSince = postgresCpuCounter();
   const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
   if (result.non2xx + result.errors > 0) throw new Error(`${result.non2xx} non-2xx, ${result.errors} errors`);
   return {
     rps: result.rps,
     serverUs: (cpuMicros(server.pid) - serverBefore) / result.total,
-    postgresUs: (postgresCpuMicros() - postgresBefore) / result.total,
+    postgresUs: postgresSince() / result.total,
   };
 }
 

@@ -33,6 +33,8 @@ export interface LoadCommand {
   connections: number;
   /** Seconds (run, paced). */
   duration?: number;
+  /** Requests (run): this many, then stop, instead of running for `duration`. */
+  amount?: number;
   /** Requests per second (paced). */
   rate?: number;
   /** fresh: a new key per request; replay: keys `${prefix}-${i}` for i < count, completed by `prime`. */
@@ -69,7 +71,8 @@ function run(command: LoadCommand): Promise<LoadResult> {
       {
         url: command.url,
         connections: command.connections,
-        duration: command.duration,
+        // autocannon refuses an undefined duration: pass one or the other.
+        ...(command.amount === undefined ? { duration: command.duration } : { amount: command.amount }),
         pipelining: 1,
         requests: [
           {

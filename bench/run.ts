@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { perfNodeFlags, perfWorks, recordPerf, removePerfMap, summarisePerf } from './lib/perf.js';
 import {
   type Cleanups,
   exitOnInterrupt,
@@ -36,7 +37,7 @@ import {
   DATABASE_URL,
   delta,
   loadAverage,
-  postgresCpuMicros,
+  postgresCpuCounter,
   startRedis,
 } from './lib/services.js';
 import { postgresCost, redisCost } from './lib/store-cost.js';
@@ -44,7 +45,15 @@ import type { LoadCommand, LoadResult } from './load.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
+/** Seconds of load before each measured run (the server is already warm: see WARMUP_REQUESTS). */
 const WARMUP = 0.5;
+/**
+ * Requests each server serves, of each kind it is measured on, before its first measured run. V8 is
+ * still optimising a server that has served fewer: with 0.5 s only, the PostgreSQL server's optimising
+ * compiler took 133 µs of CPU per request in the measured window (the baseline's: 7), and each server
+ * took about 5,000 requests to settle.
+ */
+const WARMUP_REQUESTS = Number(process.env.BENCH_WARMUP_REQUESTS ?? 10_000);
 /** Seconds per run at a fixed rate: at half the peak, about 2 × 2,000 latencies per run. */
 const PACED_DURATION = Math.min(DURATION, 2);
 const CONNECTIONS = 32;
@@ -92,6 +101,8 @@ interface Run {
   redis_cpu_us_per_req: number;
   /** All PostgreSQL server processes (the server is shared: other clients count too). */
   postgres_cpu_us_per_req: number;
+  /** The load generator's process (autocannon). */
+  load_cpu_us_per_req: number;
   /** Redis commands per request, by name, during the measured window (the handler's INCR included). */
   redis_calls_per_req: Record<string, number>;
 }
@@ -102,6 +113,19 @@ async function primeKeys(name: string, server: Server, keys: LoadCommand['keys']
     throw new Error(
       `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
     );
+  }
+}
+
+/** A fresh server's warm-up: WARMUP_REQUESTS of each kind it will be measured on (replays on keys of its own). */
+async function warmUp(name: string, server: Server, modes: Iterable<'fresh' | 'replay'>) {
+  for (const mode of modes) {
+    const keys: LoadCommand['keys'] =
+      mode === 'fresh' ? { mode } : { mode, prefix: `${name}-warm-up`, count: REPLAY_KEYS };
+    if (keys.mode === 'replay') await primeKeys(name, server, keys);
+    const result = await load({ type: 'run', url: server.url, amount: WARMUP_REQUESTS, keys });
+    if (result.non2xx + result.errors > 0) {
+      throw new Error(`${name}: ${result.non2xx} non-2xx answers and ${result.errors} errors while warming up`);
+    }
   }
 }
 
@@ -117,11 +141,13 @@ async function measureRun(
   const callsBefore = await commandCalls(redis.admin);
   const serverBefore = cpuMicros(server.pid);
   const redisBefore = cpuMicros(redis.pid);
-  const postgresBefore = postgresCpuMicros();
+  const postgresSince = postgresCpuCounter();
+  const generatorBefore = cpuMicros(loadGenerator.pid);
   const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
+  const loadCpu = cpuMicros(loadGenerator.pid) - generatorBefore;
   const serverCpu = cpuMicros(server.pid) - serverBefore;
   const redisCpu = cpuMicros(redis.pid) - redisBefore;
-  const postgresCpu = postgresCpuMicros() - postgresBefore;
+  const postgresCpu = postgresSince();
   const calls = delta(callsBefore, await commandCalls(redis.admin));
   delete calls.info;
   const perReq = Object.fromEntries(Object.entries(calls).map(([cmd, n]) => [cmd, round2(n / result.total)]));
@@ -136,6 +162,7 @@ async function measureRun(
     server_cpu_us_per_req: serverCpu / result.total,
     redis_cpu_us_per_req: redisCpu / result.total,
     postgres_cpu_us_per_req: postgresCpu / result.total,
+    load_cpu_us_per_req: loadCpu / result.total,
     redis_calls_per_req: perReq,
   };
   log(
@@ -284,6 +311,17 @@ async function main() {
     plan.push({ name: `${name}-replay`, server, baseline, keys: 'replay' });
   }
 
+  log(`warm-up: ${WARMUP_REQUESTS} requests per server and kind of request`);
+  const modesOf = new Map<string, Set<'fresh' | 'replay'>>();
+  const addMode = (server: string, mode: 'fresh' | 'replay') =>
+    modesOf.set(server, (modesOf.get(server) ?? new Set()).add(mode));
+  for (const step of plan) {
+    addMode(step.baseline, 'fresh');
+    addMode(step.server, step.keys);
+  }
+  for (const [server, modes] of modesOf) await warmUp(server, servers[server]!, modes);
+  for (const [name, server] of Object.entries(growth)) await warmUp(name, server, ['fresh']);
+
   const runs: Run[] = [];
   const pairs: { name: string; round: number; variant: Run; before: Run; after: Run }[] = [];
   const baselineRun = async (baseline: string, round: number) => {
@@ -355,8 +393,10 @@ async function main() {
     }
   }
 
-  // Where the CPU goes: the baseline and our variants again, each in a fresh server under node --cpu-prof.
-  log('profiles: node --cpu-prof of the baseline and of each store path under the same load');
+  // Where the CPU goes: the baseline and our variants again, each in a fresh server, warmed up, under
+  // perf where it can record (on-CPU time of every thread), else V8's CPU profiler.
+  const profiler: 'perf' | 'v8' = perfWorks() ? 'perf' : 'v8';
+  log(`profiles: ${profiler} on the baseline and on each store path under the same load`);
   const profileDir = mkdtempSync(join(tmpdir(), 'bench-profiles-'));
   cleanups.push(() => rmSync(profileDir, { recursive: true, force: true }));
   const profiles: Record<string, ProfileSummary & { requests: number }> = {};
@@ -369,22 +409,35 @@ async function main() {
     ['postgres-first', 'postgres', 'fresh'],
     ['postgres-replay', 'postgres', 'replay'],
   ] as const) {
-    const file = join(profileDir, `${name}.cpuprofile`);
-    const server = await startServer(variant, { ...env, BENCH_PROFILE: file });
+    const file = join(profileDir, `${name}.${profiler === 'perf' ? 'perf.data' : 'cpuprofile'}`);
+    const server =
+      profiler === 'perf'
+        ? await startBenchServer(variant, env, cleanups, {
+            prefix: PIN ? ['taskset', '-c', '0'] : [],
+            nodeFlags: perfNodeFlags(join(profileDir, `${name}.v8.log`)),
+          })
+        : await startServer(variant, { ...env, BENCH_PROFILE: file });
+    if (profiler === 'perf') cleanups.push(() => removePerfMap(server.pid));
+    await warmUp(name, server, [mode]);
     const keys: LoadCommand['keys'] =
       mode === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${name}-profile`, count: REPLAY_KEYS };
     if (keys.mode === 'replay') await primeKeys(name, server, keys);
     await load({ type: 'run', url: server.url, duration: WARMUP, keys });
-    // The profile covers the measured window only: SIGUSR2 starts it, SIGTERM writes it.
-    server.child.kill('SIGUSR2');
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The profile covers the measured window only: perf records from here until stopped; V8's
+    // profiler starts on SIGUSR2 and its profile is written on SIGTERM.
+    const recording = profiler === 'perf' ? recordPerf(server.pid, file) : undefined;
+    if (recording === undefined) server.child.kill('SIGUSR2');
+    await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 300));
     const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
+    await recording?.stop();
+    const requests = measured.total;
+    // perf names JIT code from the server's map file, which outlives the server (removed at cleanup).
+    if (recording !== undefined) profiles[name] = { ...summarisePerf(file, server.pid, requests), requests };
     const exited = new Promise<number | null>((resolve) => server.child.once('exit', resolve));
     server.child.kill('SIGTERM');
     const code = await exited;
     if (code !== 0) throw new Error(`${name}: the profiled server exited with ${code} (its stderr says why)`);
-    const requests = measured.total;
-    profiles[name] = { ...summariseProfile(file, requests), requests };
+    if (recording === undefined) profiles[name] = { ...summariseProfile(file, requests), requests };
   }
 
   // Growth: 1,000,000 live records against an empty store, alternating.
@@ -458,6 +511,9 @@ async function main() {
       redis_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.redis_cpu_us_per_req))),
       baseline_redis_cpu_us_per_req: Math.round(median(base.map((r) => r.redis_cpu_us_per_req))),
       postgres_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.postgres_cpu_us_per_req))),
+      baseline_postgres_cpu_us_per_req: Math.round(median(base.map((r) => r.postgres_cpu_us_per_req))),
+      load_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.load_cpu_us_per_req))),
+      baseline_load_cpu_us_per_req: Math.round(median(base.map((r) => r.load_cpu_us_per_req))),
       redis_calls_per_req: mine.at(-1)!.variant.redis_calls_per_req,
       non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
     };
@@ -513,6 +569,8 @@ async function main() {
       rounds: ROUNDS,
       duration_s: DURATION,
       warmup_s: WARMUP,
+      warmup_requests: WARMUP_REQUESTS,
+      profiler,
       connections: CONNECTIONS,
       replay_keys: REPLAY_KEYS,
       servers: 'built dist/ (npm run build), node --import tsx bench/server.ts',

@@ -57,6 +57,8 @@ export interface ServerCommand {
   prefix?: string[];
   /** Node's arguments before the variant; default: `bench/server.ts` through tsx. */
   script?: string[];
+  /** Node's own flags, before the script. */
+  nodeFlags?: string[];
 }
 
 /**
@@ -66,9 +68,9 @@ export function startServer(
   variant: string,
   env: Record<string, string>,
   cleanups: Cleanups,
-  { prefix = [], script = ['--import', 'tsx', here('../server.ts')] }: ServerCommand = {},
+  { prefix = [], script = ['--import', 'tsx', here('../server.ts')], nodeFlags = [] }: ServerCommand = {},
 ): Promise<Server> {
-  const args = [...script, variant];
+  const args = [...nodeFlags, ...script, variant];
   const [command, ...rest] = prefix.length > 0 ? [...prefix, process.execPath, ...args] : [process.execPath, ...args];
   const child: ChildProcess = spawn(command!, rest, {
     env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },

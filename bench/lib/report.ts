@@ -15,6 +15,10 @@ interface Row {
   baseline_server_cpu_us_per_req: number;
   redis_calls_per_req: Record<string, number>;
   postgres_cpu_us_per_req: number;
+  /** Every PostgreSQL process's CPU and the load generator's, per request, and the baselines' around it (absent in older records). */
+  baseline_postgres_cpu_us_per_req?: number;
+  load_cpu_us_per_req?: number;
+  baseline_load_cpu_us_per_req?: number;
   /** The redis-server process's CPU (user + system) per request, and the baselines' around it. */
   redis_cpu_us_per_req: number;
   baseline_redis_cpu_us_per_req: number;
@@ -176,6 +180,10 @@ export interface Results {
     rounds: number;
     duration_s: number;
     warmup_s: number;
+    /** Requests each server served, of each kind, before its first measured run (absent in older records). */
+    warmup_requests?: number;
+    /** What profiled the servers for "Where the CPU goes" (absent in older records: V8's). */
+    profiler?: 'perf' | 'v8';
     connections: number;
     replay_keys: number;
     pinned?: string;
@@ -244,6 +252,34 @@ function rowsTable(rows: Row[]): string {
   return lines.join('\n');
 }
 
+/** CPU per request of every process the request touches, at saturation; undefined for a record without the load generator's. */
+function allCpu(r: Row): { variant: number; baseline: number } | undefined {
+  if (r.load_cpu_us_per_req === undefined || r.baseline_load_cpu_us_per_req === undefined) return undefined;
+  return {
+    variant: r.server_cpu_us_per_req + r.load_cpu_us_per_req + r.redis_cpu_us_per_req + r.postgres_cpu_us_per_req,
+    baseline:
+      r.baseline_server_cpu_us_per_req +
+      r.baseline_load_cpu_us_per_req +
+      r.baseline_redis_cpu_us_per_req +
+      (r.baseline_postgres_cpu_us_per_req ?? 0),
+  };
+}
+
+function processTable(rows: Row[]): string {
+  const lines = [
+    "| Variant | Server | Load generator | Redis | PostgreSQL | All (baseline) | Cores busy | Baseline's over the variant's | Ratio measured |",
+    '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |',
+  ];
+  for (const r of rows) {
+    const all = allCpu(r);
+    if (all === undefined) continue;
+    lines.push(
+      `| ${r.name} | ${r.server_cpu_us_per_req} | ${r.load_cpu_us_per_req} | ${r.redis_cpu_us_per_req} | ${r.postgres_cpu_us_per_req} | ${fmt(all.variant)} (${fmt(all.baseline)}) | ${((all.variant * r.rps) / 1e6).toFixed(2)} | **${(all.baseline / all.variant).toFixed(2)}** | ${r.ratio.toFixed(2)} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
 export function renderTable(results: Results): string {
   return [
     `HTTP, ${results.settings.connections} connections, ${results.settings.rounds} rounds (ratio = median of per-round ratios to the baseline runs around it)`,
@@ -271,6 +307,17 @@ function noIoNote(results: Results): string {
     `against the baseline's ${fmt(sat.baseline_server_cpu_us_per_req)}, and at ${fmt(fixed.rate)} req/s ${fmt(fixed.server_cpu_us_per_req)} ` +
     `against ${fmt(fixed.baseline_server_cpu_us_per_req ?? Number.NaN)}`
   );
+}
+
+/**
+ * What PostgreSQL's own processes allow a first execution at most: the baseline's CPU per request
+ * over the same plus theirs, as if the layer cost nothing in the application server.
+ */
+function postgresBound(pgFirst: Row): string {
+  const all = allCpu(pgFirst);
+  if (all === undefined) return '';
+  const pg = pgFirst.postgres_cpu_us_per_req - (pgFirst.baseline_postgres_cpu_us_per_req ?? 0);
+  return `; PostgreSQL's processes alone take ${fmt(pg)} µs of CPU per first execution, which with a layer costing nothing in the server would allow ${(all.baseline / (all.baseline + pg)).toFixed(2)} (see "Every process")`;
 }
 
 function targetsTable(results: Results): string {
@@ -317,7 +364,7 @@ function targetsTable(results: Results): string {
     ),
     t(
       'PostgreSQL: first ≥ 0.5, replay ≥ 0.8',
-      `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}`,
+      `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}${postgresBound(pgFirst)}`,
       ratio('postgres-first') >= 0.5 && ratio('postgres-replay') >= 0.8,
     ),
     t(
@@ -399,7 +446,12 @@ Load average (1, 5, 15 min) before the run: ${results.load_average.before.join('
 
 **Method.** Each server is its own Node process (the library from the built \`dist/\`); the load comes from
 autocannon in another process over loopback, ${results.settings.connections} connections, ${results.settings.duration_s} s per run after a
-${results.settings.warmup_s} s warm-up, ${results.settings.rounds} rounds. Every variant runs between two runs of its baseline (A B A B):
+${results.settings.warmup_s} s warm-up, ${results.settings.rounds} rounds${
+    results.settings.warmup_requests === undefined
+      ? ''
+      : `; before its first run, each server served ${fmt(results.settings.warmup_requests)} requests of each kind it is measured on
+(V8 is still optimising a server that has served fewer)`
+  }. Every variant runs between two runs of its baseline (A B A B):
 its ratio is its throughput over the mean of those two, and the table gives the median over the rounds.
 The operation is one tRPC mutation (\`POST /pay\`) whose handler does one Redis INCR and returns ~${results.record_body_bytes} bytes of JSON.
 *first*: a fresh \`Idempotency-Key\` per request (every request runs the procedure); *replay*: ${results.settings.replay_keys} keys completed
@@ -438,6 +490,17 @@ ${rowsTable(peers)}
 - **express-idempotency** + **express-idempotency-redis-adapter** on Express 5 (its baseline: the same Express app without it).
   First: GET + SET, then a SET after the response is sent (not awaited); replay: GET. The GET-then-SET claim is not atomic.
 
+## Every process
+
+At saturation the ${results.machine.cores} cores are shared by the server, the load generator, Redis and PostgreSQL, so what limits
+a variant's throughput is the CPU all of them spend per request, not the server's alone. CPU per request (µs, user + system,
+median over the rounds) of each process, their sum beside the baselines', how many cores that sum keeps busy at the
+variant's throughput, and the baselines' sum over the variant's: the ratio the cores would allow if CPU were the only limit,
+beside the ratio measured. PostgreSQL counts every PostgreSQL process on the machine (a process that ends during a run, such
+as an autovacuum worker, is left out of it).
+
+${processTable(results.rows)}
+
 ## Targets
 
 ${targetsTable(results)}
@@ -458,9 +521,18 @@ ${latencyTable(results.latency)}
 
 ## Where the CPU goes
 
-Each server again, fresh, under the same saturating load, with V8's CPU profiler (250 µs sampling) recording only the
+${
+  results.settings.profiler === 'perf'
+    ? `Each server again, fresh and warmed up, under the same saturating load, with Linux \`perf\` (\`perf record -e cpu-clock -g\`,
+one sample per 250 µs of CPU time of any of the server's threads; JavaScript named through \`node --perf-basic-prof\`)
+recording only the ${results.settings.duration_s} s measured window. CPU time per request, by owner of the code, then the top frames:
+V8's builtins count for the JavaScript function that called them; *Linux kernel* is time in system calls and
+interrupts, named by the JavaScript function that made the call; *GC* and *JIT compiler* count on any thread. Only time
+on a CPU counts (a thread waiting in a system call does not), so these figures add up to about the server's CPU column above.`
+    : `Each server again, fresh, under the same saturating load, with V8's CPU profiler (250 µs sampling) recording only the
 ${results.settings.duration_s} s measured window (after the warm-up). Self time per request, by owner of the code, then the top frames.
-The profiler slows the server it samples, so compare these figures with each other, not with the CPU column above.
+The profiler slows the server it samples, so compare these figures with each other, not with the CPU column above.`
+}
 
 ${profileTables(results.profiles)}
 

@@ -98,18 +98,34 @@ export function cpuMicros(pid: number): number {
   }
 }
 
-/** CPU time of every PostgreSQL server process on this machine (shared with whatever else uses it), in microseconds. */
-export function postgresCpuMicros(): number {
-  let total = 0;
+/** The CPU time so far of every PostgreSQL server process on this machine, by process id, in microseconds. */
+function postgresProcesses(): Map<number, number> {
+  const cpu = new Map<number, number>();
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres') total += cpuMicros(Number(entry));
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres')
+        cpu.set(Number(entry), cpuMicros(Number(entry)));
     } catch {
       // The process ended meanwhile.
     }
   }
-  return total;
+  return cpu;
+}
+
+/**
+ * Starts counting the CPU time of every PostgreSQL server process on this machine (shared with whatever
+ * else uses the server); the function returned gives the microseconds spent since. A process that ended
+ * meanwhile (a backend whose connection closed, an autovacuum worker) takes its time with it: the count
+ * leaves it out rather than going negative; one that started meanwhile counts from its start.
+ */
+export function postgresCpuCounter(): () => number {
+  const before = postgresProcesses();
+  return () => {
+    let total = 0;
+    for (const [pid, us] of postgresProcesses()) total += Math.max(0, us - (before.get(pid) ?? 0));
+    return total;
+  };
 }
 
 export function loadAverage(): [number, number, number] {
