@@ -412,7 +412,14 @@ function machineChange(results: Results, prev: Previous): string[] {
       ? ''
       : ` The bare tRPC baseline served ${fmt(prev.baseline_rps)} req/s then and ${fmt(rps)} now.`;
   if (prev.machine === undefined) return speed === '' ? [] : [speed.trim(), ''];
-  if (prev.machine === now) return [`Same machine type (${now}).${speed}`, ''];
+  if (prev.machine === now) {
+    // A shared virtual machine's speed moves with its neighbours: say so when the baseline moved a lot.
+    const moved =
+      prev.baseline_rps !== undefined && rps !== undefined && Math.abs(rps / prev.baseline_rps - 1) > 0.25
+        ? " The host ran at another speed: read the change between these two records as the machine's as much as the code's."
+        : '';
+    return [`Same machine type (${now}).${speed}${moved}`, ''];
+  }
   return [
     `**Another machine:** ${prev.machine} then, ${now} now.${speed} A ratio is each variant against its baseline on the`,
     'same machine, but how the server, the load generator and the stores share the cores, and so each ratio, depends on',
@@ -571,7 +578,7 @@ In-process cost of the middleware (mitata, server-side caller, memory store, \`g
 
 Raw runs: \`bench/results.json\` (not committed). Run it: \`npm run bench\` (needs \`redis-server\` on the PATH and PostgreSQL at
 \`DATABASE_URL\`, default \`postgres://postgres@127.0.0.1:5432/test\`; \`BENCH_ROUNDS\`, \`BENCH_DURATION\`, \`BENCH_RECORDS\`,
-\`BENCH_WAIT_QUIET=1\`).
+\`BENCH_WARMUP_REQUESTS\`, \`BENCH_WAIT_QUIET=1\`).
 
 <!-- bench-summary ${JSON.stringify({
     date: results.date,
