@@ -39,6 +39,7 @@ import {
   loadAverage,
   postgresCpuCounter,
   startRedis,
+  timeslices,
 } from './lib/services.js';
 import { postgresCost, redisCost } from './lib/store-cost.js';
 import type { LoadCommand, LoadResult } from './load.js';
@@ -103,6 +104,8 @@ interface Run {
   postgres_cpu_us_per_req: number;
   /** The load generator's process (autocannon). */
   load_cpu_us_per_req: number;
+  /** Times the load generator's threads were put on a CPU, per request (see timeslices). */
+  load_runs_per_req: number;
   /** Redis commands per request, by name, during the measured window (the handler's INCR included). */
   redis_calls_per_req: Record<string, number>;
 }
@@ -143,8 +146,10 @@ async function measureRun(
   const redisBefore = cpuMicros(redis.pid);
   const postgresSince = postgresCpuCounter();
   const generatorBefore = cpuMicros(loadGenerator.pid);
+  const generatorRunsBefore = timeslices(loadGenerator.pid);
   const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
   const loadCpu = cpuMicros(loadGenerator.pid) - generatorBefore;
+  const loadRuns = timeslices(loadGenerator.pid) - generatorRunsBefore;
   const serverCpu = cpuMicros(server.pid) - serverBefore;
   const redisCpu = cpuMicros(redis.pid) - redisBefore;
   const postgresCpu = postgresSince();
@@ -163,6 +168,7 @@ async function measureRun(
     redis_cpu_us_per_req: redisCpu / result.total,
     postgres_cpu_us_per_req: postgresCpu / result.total,
     load_cpu_us_per_req: loadCpu / result.total,
+    load_runs_per_req: loadRuns / result.total,
     redis_calls_per_req: perReq,
   };
   log(
@@ -514,6 +520,8 @@ async function main() {
       baseline_postgres_cpu_us_per_req: Math.round(median(base.map((r) => r.postgres_cpu_us_per_req))),
       load_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.load_cpu_us_per_req))),
       baseline_load_cpu_us_per_req: Math.round(median(base.map((r) => r.load_cpu_us_per_req))),
+      load_runs_per_req: round2(median(mine.map((p) => p.variant.load_runs_per_req))),
+      baseline_load_runs_per_req: round2(median(base.map((r) => r.load_runs_per_req))),
       redis_calls_per_req: mine.at(-1)!.variant.redis_calls_per_req,
       non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
     };

@@ -19,6 +19,9 @@ interface Row {
   baseline_postgres_cpu_us_per_req?: number;
   load_cpu_us_per_req?: number;
   baseline_load_cpu_us_per_req?: number;
+  /** Times the load generator was put on a CPU per request, and the baselines' (absent in older records). */
+  load_runs_per_req?: number;
+  baseline_load_runs_per_req?: number;
   /** The redis-server process's CPU (user + system) per request, and the baselines' around it. */
   redis_cpu_us_per_req: number;
   baseline_redis_cpu_us_per_req: number;
@@ -267,14 +270,14 @@ function allCpu(r: Row): { variant: number; baseline: number } | undefined {
 
 function processTable(rows: Row[]): string {
   const lines = [
-    "| Variant | Server | Load generator | Redis | PostgreSQL | All (baseline) | Cores busy | Baseline's over the variant's | Ratio measured |",
-    '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |',
+    "| Variant | Server | Load generator | Redis | PostgreSQL | All (baseline) | Cores busy | Baseline's over the variant's | Ratio measured | Load generator runs per request (baseline) |",
+    '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |',
   ];
   for (const r of rows) {
     const all = allCpu(r);
     if (all === undefined) continue;
     lines.push(
-      `| ${r.name} | ${r.server_cpu_us_per_req} | ${r.load_cpu_us_per_req} | ${r.redis_cpu_us_per_req} | ${r.postgres_cpu_us_per_req} | ${fmt(all.variant)} (${fmt(all.baseline)}) | ${((all.variant * r.rps) / 1e6).toFixed(2)} | **${(all.baseline / all.variant).toFixed(2)}** | ${r.ratio.toFixed(2)} |`,
+      `| ${r.name} | ${r.server_cpu_us_per_req} | ${r.load_cpu_us_per_req} | ${r.redis_cpu_us_per_req} | ${r.postgres_cpu_us_per_req} | ${fmt(all.variant)} (${fmt(all.baseline)}) | ${((all.variant * r.rps) / 1e6).toFixed(2)} | **${(all.baseline / all.variant).toFixed(2)}** | ${r.ratio.toFixed(2)} | ${r.load_runs_per_req ?? ''} (${r.baseline_load_runs_per_req ?? ''}) |`,
     );
   }
   return lines.join('\n');
@@ -504,7 +507,9 @@ a variant's throughput is the CPU all of them spend per request, not the server'
 median over the rounds) of each process, their sum beside the baselines', how many cores that sum keeps busy at the
 variant's throughput, and the baselines' sum over the variant's: the ratio the cores would allow if CPU were the only limit,
 beside the ratio measured. PostgreSQL counts every PostgreSQL process on the machine (a process that ends during a run, such
-as an autovacuum worker, is left out of it).
+as an autovacuum worker, is left out of it). The last column counts how many times the load generator was put on a CPU
+per request (\`/proc/<pid>/task/<tid>/schedstat\`): once per request when the answers reach it one at a time, less often
+when each wake-up finds several.
 
 ${processTable(results.rows)}
 
