@@ -68,7 +68,8 @@ const short = (url: string) =>
 /**
  * Summarises a perf recording of the server `pid` for the `requests` it served meanwhile: CPU per
  * request by owner, and the top frames. A sample in V8's builtins or runtime counts for the
- * JavaScript function that called it (as V8's profiler counts it); one in the kernel for "Linux
+ * JavaScript function that called it (as V8's profiler counts it), and a function V8 inlined for the
+ * one it was inlined into (the address map names optimised code by its outer function); one in the kernel for "Linux
  * kernel", named by the function that made the system call; garbage collection and the optimising
  * compiler for themselves, on whichever thread they ran.
  */

@@ -538,7 +538,8 @@ ${
     ? `Each server again, fresh and warmed up, under the same saturating load, with Linux \`perf\` (\`perf record -e cpu-clock -g\`,
 one sample per 250 µs of CPU time of any of the server's threads; JavaScript named through \`node --perf-basic-prof\`)
 recording only the ${results.settings.duration_s} s measured window. CPU time per request, by owner of the code, then the top frames:
-V8's builtins count for the JavaScript function that called them; *Linux kernel* is time in system calls and
+V8's builtins count for the JavaScript function that called them, and a function V8 inlined for the one it was inlined
+into (even from another package: owners are approximate at those boundaries); *Linux kernel* is time in system calls and
 interrupts, named by the JavaScript function that made the call; *GC* and *JIT compiler* count on any thread. Only time
 on a CPU counts (a thread waiting in a system call does not), so these figures add up to about the server's CPU column above.`
     : `Each server again, fresh, under the same saturating load, with V8's CPU profiler (250 µs sampling) recording only the
