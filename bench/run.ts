@@ -433,7 +433,8 @@ async function main() {
     // profiler starts on SIGUSR2 and its profile is written on SIGTERM.
     const recording = profiler === 'perf' ? recordPerf(server.pid, file) : undefined;
     if (recording === undefined) server.child.kill('SIGUSR2');
-    await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 300));
+    // perf needs a moment to start and attach to every thread before it samples.
+    await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 1_000));
     const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
     await recording?.stop();
     const requests = measured.total;

@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { type Frame, ownerOf, type ProfileSummary } from './profile.js';
+import { ownerOf, type ProfileSummary, summaryOf } from './profile.js';
 
 /** One sample per this much CPU time of a thread, in µs (`perf record -c` counts nanoseconds). */
 const PERIOD_US = 250;
@@ -110,25 +110,7 @@ export function summarisePerf(file: string, pid: number, requests: number, topN 
     else if (js !== undefined) count(ownerOf(js.url, js.name), jsName!);
     else count('V8 and native', tid === pid ? '(native, main thread)' : '(native, other threads)');
   }
-  const perReq = (us: number) => Math.round((us / requests) * 10) / 10;
-  const top: Frame[] = [...frames]
-    .sort((a, b) => b[1].us - a[1].us)
-    .slice(0, topN)
-    .map(([frame, { owner, us }]) => ({
-      frame,
-      owner,
-      us_per_req: perReq(us),
-      share: Math.round((us / busy) * 1000) / 1000,
-    }));
-  return {
-    busy_us_per_req: perReq(busy),
-    owners: Object.fromEntries(
-      Object.entries(owners)
-        .sort((a, b) => b[1] - a[1])
-        .map(([owner, us]) => [owner, perReq(us)]),
-    ),
-    top,
-  };
+  return summaryOf(owners, frames, busy, requests, topN);
 }
 
 /** Removes the map file `--perf-basic-prof` wrote for a server that has exited. */

@@ -74,6 +74,20 @@ export function summariseProfile(file: string, requests: number, topN = 12): Pro
     entry.us += us;
     frames.set(key, entry);
   }
+  return summaryOf(owners, frames, busy, requests, topN);
+}
+
+/**
+ * A profile's summary from its time by owner and by frame and its busy time (µs, whatever the
+ * profiler), per request served while it recorded.
+ */
+export function summaryOf(
+  owners: Record<string, number>,
+  frames: Map<string, { owner: string; us: number }>,
+  busy: number,
+  requests: number,
+  topN: number,
+): ProfileSummary {
   const perReq = (us: number) => Math.round((us / requests) * 10) / 10;
   return {
     busy_us_per_req: perReq(busy),
