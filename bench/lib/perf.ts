@@ -79,6 +79,11 @@ export function summarisePerf(file: string, pid: number, requests: number, topN 
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'ignore'],
   });
+  return summarisePerfScript(script, pid, requests, topN);
+}
+
+/** As summarisePerf, from the text of `perf script -F tid,ip,sym` (one sample per block: its thread, then its frames, leaf first). */
+export function summarisePerfScript(script: string, pid: number, requests: number, topN = 12): ProfileSummary {
   const owners: Record<string, number> = {};
   const frames = new Map<string, { owner: string; us: number }>();
   let busy = 0;

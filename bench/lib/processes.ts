@@ -12,7 +12,12 @@ const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 export type Cleanups = (() => unknown)[];
 
 export async function runCleanups(cleanups: Cleanups): Promise<void> {
-  for (const fn of cleanups.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
+  for (const fn of cleanups.splice(0).reverse()) {
+    // One that fails, even before it returns a promise, does not keep the others from running.
+    try {
+      await fn();
+    } catch {}
+  }
 }
 
 /**
@@ -24,7 +29,7 @@ export function exitOnInterrupt(cleanups: Cleanups): void {
   process.once('SIGINT', () => {
     process.on('uncaughtException', () => {});
     process.on('unhandledRejection', () => {});
-    void runCleanups(cleanups).then(() => process.exit(130));
+    void runCleanups(cleanups).finally(() => process.exit(130));
   });
 }
 

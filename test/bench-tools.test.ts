@@ -1,0 +1,88 @@
+/**
+ * The bench's own parts that a run's figures depend on, where a mistake would not show as a failure:
+ * the reading of perf's samples, and what Ctrl-C leaves behind.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { summarisePerfScript } from '../bench/lib/perf.js';
+
+const repo = fileURLToPath(new URL('..', import.meta.url));
+
+describe('summarisePerfScript (perf script -F tid,ip,sym)', () => {
+  // Five samples of 250 µs of CPU each; the server's main thread is 100, 101 another of its threads.
+  const script = [
+    '  100 ',
+    '\tffffffff816bb998 ksys_write',
+    '\t          9dd4a6 node::StreamBase::Writev',
+    '\t    7f52e73b8646 JS:*writevGeneric node:internal/stream_base_commons:123:23',
+    '\t    7f52e73bb46d JS:^sendCommand /app/node_modules/ioredis/built/Redis.js:354:16',
+    '',
+    '  100 ',
+    '\t         1508083 Builtins_LoadIC',
+    '\t    7f52e7469bd9 JS:*runClaimed file:///app/dist/core/run-claimed.js:14:33',
+    '\t    7f52e741ac2e JS:*execute file:///app/dist/core/engine.js:59:27',
+    '',
+    '  100 ',
+    '\t          c4993d v8::internal::Scavenger::ScavengeObject<v8::internal::FullHeapObjectSlot>',
+    '\t    7f52e7469bd9 JS:*runClaimed file:///app/dist/core/run-claimed.js:14:33',
+    '',
+    '  101 ',
+    '\t          c7e636 v8::internal::compiler::GraphReducer::ReduceTop',
+    '\t          c7e9cd v8::platform::DefaultJobWorker::Run',
+    '',
+    '  100 ',
+    '\t    7f52e73f7fb4 JS:*get signal node:internal/abort_controller:152:7',
+    '',
+  ].join('\n');
+
+  it('counts builtins for their JavaScript caller, the kernel and V8 apart, per request', () => {
+    const summary = summarisePerfScript(script, 100, 5);
+    expect(summary.busy_us_per_req).toBe(250);
+    expect(summary.owners).toEqual({
+      'Linux kernel': 50,
+      'trpc-idempotency': 50,
+      GC: 50,
+      'JIT compiler': 50,
+      Node: 50,
+    });
+    expect(summary.top.map((f) => [f.frame, f.owner])).toEqual(
+      expect.arrayContaining([
+        ['kernel, from writevGeneric (node:internal/stream_base_commons)', 'Linux kernel'],
+        ['runClaimed (dist/core/run-claimed.js)', 'trpc-idempotency'],
+        ['(garbage collector)', 'GC'],
+        ['(optimising compiler)', 'JIT compiler'],
+        ['get signal (node:internal/abort_controller)', 'Node'],
+      ]),
+    );
+    expect(summary.top.every((f) => f.share === 0.2)).toBe(true);
+  });
+});
+
+describe('exitOnInterrupt (Ctrl-C in npm run bench)', () => {
+  it('runs every cleanup, last registered first, before exiting with 130, whatever fails meanwhile', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-interrupt-'));
+    const marker = join(dir, 'marker');
+    try {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/bench-interrupt.ts', marker], {
+        cwd: repo,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (chunk: Buffer) => {
+          if (chunk.toString().includes('ready')) resolve();
+        });
+        child.once('exit', (code) => reject(new Error(`the fixture exited with ${code} before it was ready`)));
+      });
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      child.kill('SIGINT');
+      expect(await exited).toBe(130);
+      expect(readFileSync(marker, 'utf8')).toBe('last registered\nfirst registered\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
