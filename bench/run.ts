@@ -83,8 +83,8 @@ const cleanup = () => runCleanups(cleanups);
 exitOnInterrupt(cleanups);
 
 // BENCH_PIN: the server under test alone on CPU 0.
-const startServer = (variant: string, env: Record<string, string>): Promise<Server> =>
-  startBenchServer(variant, env, cleanups, { prefix: PIN ? ['taskset', '-c', '0'] : [] });
+const startServer = (variant: string, env: Record<string, string>, nodeFlags: string[] = []): Promise<Server> =>
+  startBenchServer(variant, env, cleanups, { prefix: PIN ? ['taskset', '-c', '0'] : [], nodeFlags });
 
 let loadGenerator: LoadGenerator;
 const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
@@ -418,10 +418,7 @@ async function main() {
     const file = join(profileDir, `${name}.${profiler === 'perf' ? 'perf.data' : 'cpuprofile'}`);
     const server =
       profiler === 'perf'
-        ? await startBenchServer(variant, env, cleanups, {
-            prefix: PIN ? ['taskset', '-c', '0'] : [],
-            nodeFlags: perfNodeFlags(join(profileDir, `${name}.v8.log`)),
-          })
+        ? await startServer(variant, env, perfNodeFlags(join(profileDir, `${name}.v8.log`)))
         : await startServer(variant, { ...env, BENCH_PROFILE: file });
     if (profiler === 'perf') cleanups.push(() => removePerfMap(server.pid));
     await warmUp(name, server, [mode]);
@@ -437,14 +434,15 @@ async function main() {
     await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 1_000));
     const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
     await recording?.stop();
-    const requests = measured.total;
-    // perf names JIT code from the server's map file, which outlives the server (removed at cleanup).
-    if (recording !== undefined) profiles[name] = { ...summarisePerf(file, server.pid, requests), requests };
     const exited = new Promise<number | null>((resolve) => server.child.once('exit', resolve));
     server.child.kill('SIGTERM');
     const code = await exited;
     if (code !== 0) throw new Error(`${name}: the profiled server exited with ${code} (its stderr says why)`);
-    if (recording === undefined) profiles[name] = { ...summariseProfile(file, requests), requests };
+    // perf names JIT code from the server's map file, which outlives the server (removed at cleanup).
+    const requests = measured.total;
+    const summary =
+      recording === undefined ? summariseProfile(file, requests) : summarisePerf(file, server.pid, requests);
+    profiles[name] = { ...summary, requests };
   }
 
   // Growth: 1,000,000 live records against an empty store, alternating.

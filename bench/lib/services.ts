@@ -80,10 +80,7 @@ export async function createSchema(label: string): Promise<BenchSchema> {
  */
 export function cpuMicros(pid: number): number {
   try {
-    let ns = 0;
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-    }
+    const ns = schedstat(pid, 0);
     if (Number.isFinite(ns) && ns > 0) return ns / 1_000;
   } catch {
     // A thread that ended between the listing and the read, or no schedstat: use the ticks.
@@ -105,14 +102,22 @@ export function cpuMicros(pid: number): number {
  */
 export function timeslices(pid: number): number {
   try {
-    let runs = 0;
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      runs += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[2]);
-    }
-    return runs;
+    return schedstat(pid, 2);
   } catch {
     return Number.NaN;
   }
+}
+
+/**
+ * One field of `/proc/<pid>/task/<tid>/schedstat` summed over the process's threads: 0, time on a CPU
+ * (ns); 2, times put on a CPU. Throws where the file is missing or a thread ended meanwhile.
+ */
+function schedstat(pid: number, field: 0 | 2): number {
+  let sum = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    sum += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[field]);
+  }
+  return sum;
 }
 
 /** The CPU time so far of every PostgreSQL server process on this machine, by process id, in microseconds. */
