@@ -1,6 +1,6 @@
 /**
  * The processes of a bench run: the servers under test (`bench/server.ts`, one per variant) and
- * the load generator (`bench/load.ts`, commands over IPC), shared by `run.ts` and `ab-postgres.ts`.
+ * the load generator (`bench/load.ts`, commands over IPC), shared by `run.ts` and `ab.ts`.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';

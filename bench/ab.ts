@@ -1,16 +1,18 @@
 /**
- * Two builds of the PostgreSQL store over HTTP, as `npm run bench` measures them, in one run:
- * `BENCH_LIB_A=path/to/dist node --import tsx bench/ab-postgres.ts` (B is dist/).
+ * Two builds of one store over HTTP, as `npm run bench` measures them, in one run:
+ * `BENCH_LIB_A=path/to/dist node --import tsx bench/ab.ts` (B is dist/).
  *
- * Three servers (the baseline without idempotency, and the postgres variant on build A
- * and on build B, each on a schema of its own); each round runs, in alternating order,
+ * Three servers (the baseline without idempotency, and the variant BENCH_VARIANT on build A
+ * and on build B, the postgres variant each on a schema of its own); each round runs, in alternating order,
  * baseline, A, baseline, B, baseline for first executions, then for replays. A variant's
  * ratio is its throughput over the mean of the baseline runs around it. Prints medians and
  * min-max over the rounds: req/s, ratio, server CPU µs per request (the server process),
- * and PostgreSQL CPU µs per request (every postgres process on the machine: other
- * clients of the server count too).
+ * Redis CPU µs per request (the bench's own redis-server), and PostgreSQL CPU µs per request
+ * (every postgres process on the machine: other clients of the server count too).
  *
- * Environment: BENCH_LIB_A (required), BENCH_ROUNDS (5), BENCH_DURATION (3 s), DATABASE_URL.
+ * Environment: BENCH_LIB_A (required), BENCH_VARIANT (postgres; or redis, memory),
+ * BENCH_ROUNDS (5), BENCH_DURATION (3 s), BENCH_WARMUP_REQUESTS (10,000 of each kind per server
+ * before the first round), DATABASE_URL.
  */
 import { resolve as resolvePath } from 'node:path';
 import {
@@ -27,6 +29,10 @@ import type { LoadCommand, LoadResult } from './load.js';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
 const LIB_A = process.env.BENCH_LIB_A;
+const VARIANT = process.env.BENCH_VARIANT ?? 'postgres';
+const VARIANTS = ['postgres', 'redis', 'memory'];
+/** Requests of each kind every server serves before the first round (V8 settles after ~5,000). */
+const WARMUP_REQUESTS = Number(process.env.BENCH_WARMUP_REQUESTS ?? 10_000);
 const cleanups: Cleanups = [];
 const startServer = (variant: string, env: Record<string, string>) => startBenchServer(variant, env, cleanups);
 let loadGenerator: LoadGenerator;
@@ -35,22 +41,35 @@ const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadRes
 interface Run {
   rps: number;
   serverUs: number;
+  redisUs: number;
   postgresUs: number;
+}
+let redisPid = 0;
+
+async function prime(server: Server, keys: LoadCommand['keys']) {
+  if (keys.mode !== 'replay') return;
+  const primed = await load({ type: 'prime', url: server.url, keys });
+  if (primed.non2xx > 0) throw new Error(`priming the replay keys failed (${primed.non2xx} errors)`);
+}
+
+async function warmUp(server: Server, keys: LoadCommand['keys']) {
+  await prime(server, keys);
+  const result = await load({ type: 'run', url: server.url, amount: WARMUP_REQUESTS, keys });
+  if (result.non2xx + result.errors > 0) throw new Error(`${result.non2xx} non-2xx, ${result.errors} errors`);
 }
 
 async function measure(server: Server, keys: LoadCommand['keys']): Promise<Run> {
-  if (keys.mode === 'replay') {
-    const primed = await load({ type: 'prime', url: server.url, keys });
-    if (primed.non2xx > 0) throw new Error(`priming the replay keys failed (${primed.non2xx} errors)`);
-  }
+  await prime(server, keys);
   await load({ type: 'run', url: server.url, duration: 0.5, keys });
   const serverBefore = cpuMicros(server.pid);
+  const redisBefore = cpuMicros(redisPid);
   const postgresSince = postgresCpuCounter();
   const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
   if (result.non2xx + result.errors > 0) throw new Error(`${result.non2xx} non-2xx, ${result.errors} errors`);
   return {
     rps: result.rps,
     serverUs: (cpuMicros(server.pid) - serverBefore) / result.total,
+    redisUs: (cpuMicros(redisPid) - redisBefore) / result.total,
     postgresUs: postgresSince() / result.total,
   };
 }
@@ -65,20 +84,32 @@ const spread = (xs: number[], digits = 0) =>
 
 async function main() {
   if (LIB_A === undefined) throw new Error('BENCH_LIB_A: the directory of build A (a copy of dist/)');
+  if (!VARIANTS.includes(VARIANT)) throw new Error(`BENCH_VARIANT: one of ${VARIANTS.join(', ')}, not ${VARIANT}`);
   const redis = await startRedis();
   cleanups.push(() => redis.stop());
-  const schemaA = await createSchema('ab_a');
-  cleanups.push(() => schemaA.drop());
-  const schemaB = await createSchema('ab_b');
-  cleanups.push(() => schemaB.drop());
+  redisPid = redis.pid;
+  const env = async (label: string): Promise<Record<string, string>> => {
+    if (VARIANT !== 'postgres') return { REDIS_URL: redis.url };
+    const schema = await createSchema(label);
+    cleanups.push(() => schema.drop());
+    return { REDIS_URL: redis.url, PG_URL: schema.url };
+  };
   const baseline = await startServer('baseline', { REDIS_URL: redis.url });
   const servers = {
-    A: await startServer('postgres', { REDIS_URL: redis.url, PG_URL: schemaA.url, BENCH_LIB: resolvePath(LIB_A) }),
-    B: await startServer('postgres', { REDIS_URL: redis.url, PG_URL: schemaB.url }),
+    A: await startServer(VARIANT, { ...(await env('ab_a')), BENCH_LIB: resolvePath(LIB_A) }),
+    B: await startServer(VARIANT, await env('ab_b')),
   };
   loadGenerator = startLoad(32, cleanups);
+  await warmUp(baseline, { mode: 'fresh' });
+  for (const build of ['A', 'B'] as const) {
+    await warmUp(servers[build], { mode: 'fresh' });
+    await warmUp(servers[build], { mode: 'replay', prefix: `${build}-warm-up`, count: 1_000 });
+  }
 
-  const results = new Map<string, { rps: number[]; ratio: number[]; serverUs: number[]; postgresUs: number[] }>();
+  const results = new Map<
+    string,
+    { rps: number[]; ratio: number[]; serverUs: number[]; redisUs: number[]; postgresUs: number[] }
+  >();
   const baselineRuns: Run[] = [];
   for (let round = 1; round <= ROUNDS; round++) {
     const order = round % 2 === 1 ? (['A', 'B'] as const) : (['B', 'A'] as const);
@@ -92,10 +123,11 @@ async function main() {
         const after = await measure(baseline, { mode: 'fresh' });
         baselineRuns.push(after);
         const name = `${build} ${mode}`;
-        const entry = results.get(name) ?? { rps: [], ratio: [], serverUs: [], postgresUs: [] };
+        const entry = results.get(name) ?? { rps: [], ratio: [], serverUs: [], redisUs: [], postgresUs: [] };
         entry.rps.push(run.rps);
         entry.ratio.push(run.rps / ((before.rps + after.rps) / 2));
         entry.serverUs.push(run.serverUs);
+        entry.redisUs.push(run.redisUs);
         entry.postgresUs.push(run.postgresUs);
         results.set(name, entry);
         process.stderr.write(
@@ -105,13 +137,15 @@ async function main() {
       }
     }
   }
-  console.log(`\nA = ${LIB_A}, B = dist/; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`);
   console.log(
-    `baseline: ${spread(baselineRuns.map((r) => r.rps))} req/s, server ${spread(baselineRuns.map((r) => r.serverUs))} µs/req`,
+    `\n${VARIANT}: A = ${LIB_A}, B = dist/; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`,
+  );
+  console.log(
+    `baseline: ${spread(baselineRuns.map((r) => r.rps))} req/s, server ${spread(baselineRuns.map((r) => r.serverUs))} µs/req, Redis ${spread(baselineRuns.map((r) => r.redisUs))} µs/req`,
   );
   for (const [name, r] of [...results].sort(([a], [b]) => a.localeCompare(b))) {
     console.log(
-      `${name.padEnd(9)} ${spread(r.rps)} req/s, ratio ${spread(r.ratio, 2)}, server ${spread(r.serverUs)} µs/req, PostgreSQL ${spread(r.postgresUs)} µs/req`,
+      `${name.padEnd(9)} ${spread(r.rps)} req/s, ratio ${spread(r.ratio, 2)}, server ${spread(r.serverUs)} µs/req, Redis ${spread(r.redisUs)} µs/req, PostgreSQL ${spread(r.postgresUs)} µs/req`,
     );
   }
 }
