@@ -93,3 +93,51 @@ describe('Redis commands per request', () => {
     expect(twoSteps.all.del).toBe(1);
   });
 });
+
+/** How many times Redis read from a client socket (INFO stats): one write read at once counts once. */
+async function readsProcessed(redis: Redis): Promise<number> {
+  const match = /^total_reads_processed:(\d+)/m.exec(await redis.info('stats'));
+  if (match === null) throw new Error('INFO stats has no total_reads_processed (Redis 6 or later has it)');
+  return Number(match[1]);
+}
+
+describe('Redis store: the scripts called in one turn of the event loop', () => {
+  const claimOf = (id: string) => ({ id, fingerprint: 'fp', token: randomUUID(), lockTtl: 5_000 });
+
+  it('reach Redis in one write, as separate commands with a reply each', async () => {
+    const store = redisStore({ client });
+    await store.claim(claimOf(`:warm-up:${randomUUID()}`)); // loads the script once
+    const ids = Array.from({ length: 20 }, () => `:batch:${randomUUID()}`);
+    const readsBefore = await readsProcessed(admin);
+    const commands = await measure(async () => {
+      const results = await Promise.all(ids.map((id) => store.claim(claimOf(id))));
+      expect(results.map((r) => r.state)).toEqual(ids.map(() => 'acquired'));
+    });
+    // the two INFO commandstats of measure, this INFO, and the 20 scripts: one read
+    expect((await readsProcessed(admin)) - readsBefore).toBe(4);
+    expect(commands.all).toMatchObject({ evalsha: 20, hmget: 20 });
+    for (const id of ids) expect(await client.hget(store.keyOf(id), 's')).toBe('p');
+  });
+
+  it('fail one by one: an error reply fails its own call, and the others of the write succeed', async () => {
+    const store = redisStore({ client });
+    const ids = Array.from({ length: 6 }, () => `:batch-error:${randomUUID()}`);
+    await client.set(store.keyOf(ids[2]!), 'not a record'); // HMGET on it: WRONGTYPE
+    const results = await Promise.allSettled(ids.map((id) => store.claim(claimOf(id))));
+    expect(results[2]).toMatchObject({ status: 'rejected', reason: { name: 'ReplyError' } });
+    expect((results[2] as PromiseRejectedResult).reason.message).toMatch(/^WRONGTYPE/);
+    for (const i of [0, 1, 3, 4, 5])
+      expect(results[i]).toMatchObject({ status: 'fulfilled', value: { state: 'acquired' } });
+  });
+
+  it('after SCRIPT FLUSH, send each script of the write again as source (EVAL)', async () => {
+    const store = redisStore({ client });
+    await admin.script('FLUSH');
+    const ids = Array.from({ length: 5 }, () => `:batch-flush:${randomUUID()}`);
+    const commands = await measure(async () => {
+      const results = await Promise.all(ids.map((id) => store.claim(claimOf(id))));
+      expect(results.map((r) => r.state)).toEqual(ids.map(() => 'acquired'));
+    });
+    expect(commands.all.eval).toBe(5);
+  });
+});

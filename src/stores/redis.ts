@@ -67,6 +67,19 @@ function parseSteps(flat: unknown): RecordedSteps {
  */
 const OUTAGE_REPLIES = /^(LOADING|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|READONLY|NOREPLICAS)\b/;
 
+const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
+
+type ScriptKeys = [number, ...string[]];
+type ScriptArgs = (string | number)[];
+
+interface QueuedScript {
+  script: RedisScript;
+  keys: ScriptKeys;
+  args: ScriptArgs;
+  resolve(reply: unknown): void;
+  reject(error: unknown): void;
+}
+
 /**
  * ioredis rejects with a `ReplyError` when Redis answered with an error, and
  * with other errors (connection closed, retries exhausted, every cluster node
@@ -81,7 +94,8 @@ function classify(error: unknown): unknown {
  * A store on Redis. Each transition is one Lua script sent as EVALSHA (EVAL
  * once after a NOSCRIPT): a first execution costs 2 commands (claim,
  * complete), a replay 1 and an in-flight rejection 1, plus a renewal every
- * lockTtl / 3 for operations that run that long.
+ * lockTtl / 3 for operations that run that long. The scripts called in one
+ * turn of the event loop go out in one write (one pipeline), except on a Cluster.
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {
   // initialized config
@@ -98,19 +112,66 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const keyOf = (id: string) => `${prefix}{${id}}`;
   const stepsKeyOf = (key: string) => `${key}:steps`;
 
-  /** Runs a script on one key, or on a record key and its steps key (`key2`: same hash tag, same slot). */
-  async function run(s: RedisScript, key: string, args: (string | number)[], key2?: string): Promise<unknown> {
-    const keys: [number, ...string[]] = key2 === undefined ? [1, key] : [2, key, key2];
+  /** Sends a script as EVALSHA, and its source once if Redis lacks it (its cache is empty after a restart or failover). */
+  async function evaluate(s: RedisScript, keys: ScriptKeys, args: ScriptArgs): Promise<unknown> {
     try {
-      try {
-        return await client.evalsha(s.sha, ...keys, ...args);
-      } catch (error) {
-        // The script cache is empty after a restart or failover: send the source once.
-        if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
-          return await client.eval(s.source, ...keys, ...args);
+      return await client.evalsha(s.sha, ...keys, ...args);
+    } catch (error) {
+      if (isNoScript(error)) return await client.eval(s.source, ...keys, ...args);
+      throw error;
+    }
+  }
+
+  // The scripts called in one turn of the event loop (every request whose
+  // claim or completion became due in it), sent in one write. Redis answers
+  // them in order; each call still gets its own reply or error. A Cluster
+  // pipeline must stay in one slot and records spread over slots, so on a
+  // Cluster each script is sent on its own.
+  const batching = (client as Cluster).isCluster !== true;
+  let queued: QueuedScript[] = [];
+
+  function flush() {
+    const calls = queued;
+    queued = [];
+    if (calls.length === 1) {
+      const call = calls[0]!;
+      evaluate(call.script, call.keys, call.args).then(call.resolve, call.reject);
+      return;
+    }
+    let sent: ReturnType<ReturnType<typeof client.pipeline>['exec']>;
+    try {
+      const pipeline = client.pipeline();
+      for (const call of calls) pipeline.evalsha(call.script.sha, ...call.keys, ...call.args);
+      sent = pipeline.exec();
+    } catch (error) {
+      for (const call of calls) call.reject(error);
+      return;
+    }
+    sent.then(
+      (replies) => {
+        for (let i = 0; i < calls.length; i++) {
+          const call = calls[i]!;
+          const reply = replies?.[i];
+          if (reply === undefined) call.reject(new Error('redisStore: Redis returned no reply to a pipelined script.'));
+          else if (reply[0] === null) call.resolve(reply[1]);
+          else if (isNoScript(reply[0])) evaluate(call.script, call.keys, call.args).then(call.resolve, call.reject);
+          else call.reject(reply[0]);
         }
-        throw error;
-      }
+      },
+      (error: unknown) => {
+        for (const call of calls) call.reject(error);
+      },
+    );
+  }
+
+  /** Runs a script on one key, or on a record key and its steps key (`key2`: same hash tag, same slot). */
+  async function run(s: RedisScript, key: string, args: ScriptArgs, key2?: string): Promise<unknown> {
+    const keys: ScriptKeys = key2 === undefined ? [1, key] : [2, key, key2];
+    try {
+      if (!batching) return await evaluate(s, keys, args);
+      return await new Promise((resolve, reject) => {
+        if (queued.push({ script: s, keys, args, resolve, reject }) === 1) setImmediate(flush);
+      });
     } catch (error) {
       throw classify(error);
     }
