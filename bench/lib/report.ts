@@ -129,6 +129,23 @@ export function baselineRps(results: Pick<Results, 'rows'>): number | undefined 
   return rps === undefined ? undefined : Math.round(rps);
 }
 
+/**
+ * How steady the host was during the run: the range of the tRPC baseline's own runs. Each ratio is
+ * against the baseline runs beside it, so a wide range moves single rounds, not the method.
+ */
+function steadiness(results: Pick<Results, 'runs'>): string {
+  const runs = (results.runs ?? []).filter((r) => r.name === 'baseline');
+  if (runs.length < 2) return '';
+  const rps = runs.map((r) => r.rps);
+  const cpu = runs.map((r) => r.server_cpu_us_per_req);
+  const range = (xs: number[]) => `${fmt(Math.round(Math.min(...xs)))}-${fmt(Math.round(Math.max(...xs)))}`;
+  return `
+**Steadiness.** The bare tRPC baseline's ${runs.length} saturation runs served ${range(rps)} req/s, at ${range(cpu)} µs of server CPU per
+request: the same work, so the spread is the host's (a shared virtual machine's speed moves with its neighbours). Each ratio
+is against the baseline runs on either side of it; the *ratio per round* columns show how far single rounds moved.
+`;
+}
+
 function latencyTable(rows: Latency[]): string {
   const lines = [
     '| Variant | Rate req/s | p50 / p99 µs | Baseline p50 / p99 µs | Added p50 / p99 µs | Server CPU µs/req (baseline) | Cost ratio |',
@@ -193,6 +210,8 @@ export interface Results {
   };
   load_average: { before: number[]; after: number[]; waited_for_quiet_s?: number; reached_quiet?: boolean };
   rows: Row[];
+  /** Every saturation run, baselines included. */
+  runs?: { name: string; rps: number; server_cpu_us_per_req: number }[];
   store_ops: {
     redis_first: number;
     redis_replay: number;
@@ -453,7 +472,7 @@ Load average (1, 5, 15 min) before the run: ${results.load_average.before.join('
         ? ` (waited ${results.load_average.waited_for_quiet_s} s for a 1-minute load below 0.8 first)`
         : ' (the 1-minute load never fell below 0.8 within 20 minutes: measured anyway)'
   }.
-
+${steadiness(results)}
 **Method.** Each server is its own Node process (the library from the built \`dist/\`); the load comes from
 autocannon in another process over loopback, ${results.settings.connections} connections, ${results.settings.duration_s} s per run after a
 ${results.settings.warmup_s} s warm-up, ${results.settings.rounds} rounds${
