@@ -17,6 +17,7 @@
 import { resolve as resolvePath } from 'node:path';
 import {
   type Cleanups,
+  exitOnInterrupt,
   type LoadGenerator,
   runCleanups,
   type Server,
@@ -34,6 +35,8 @@ const VARIANTS = ['postgres', 'redis', 'memory'];
 /** Requests of each kind every server serves before the first round (V8 settles after ~5,000). */
 const WARMUP_REQUESTS = Number(process.env.BENCH_WARMUP_REQUESTS ?? 10_000);
 const cleanups: Cleanups = [];
+// Ctrl-C stops the servers and redis-server and drops the schemas, as at the end of a run.
+exitOnInterrupt(cleanups);
 const startServer = (variant: string, env: Record<string, string>) => startBenchServer(variant, env, cleanups);
 let loadGenerator: LoadGenerator;
 const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
