@@ -2,6 +2,7 @@
  * What each path costs in Redis commands, read from INFO commandstats of a
  * Redis server of this test's own (the shared one sees other test files).
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -128,6 +129,36 @@ describe('Redis store: the scripts called in one turn of the event loop', () => 
     expect((results[2] as PromiseRejectedResult).reason.message).toMatch(/^WRONGTYPE/);
     for (const i of [0, 1, 3, 4, 5])
       expect(results[i]).toMatchObject({ status: 'fulfilled', value: { state: 'acquired' } });
+  });
+
+  it('are sent from no request’s context, not from that of the request that came first', async () => {
+    // A tracer files a command under the context it is issued in; the write carries every request's scripts.
+    const request = new AsyncLocalStorage<string>();
+    const traced = new Redis({ port: server.port });
+    try {
+      const store = redisStore({ client: traced });
+      await store.claim(claimOf(`:warm-up:${randomUUID()}`)); // the script is loaded: no NOSCRIPT fallback below
+      const sentFrom: { command: string; context: string | undefined }[] = [];
+      for (const command of ['pipeline', 'evalsha'] as const) {
+        const send = traced[command].bind(traced) as (...args: unknown[]) => unknown;
+        (traced as unknown as Record<string, unknown>)[command] = (...args: unknown[]) => {
+          sentFrom.push({ command, context: request.getStore() });
+          return send(...args);
+        };
+      }
+      const claims = ['A', 'B', 'C'].map((name) =>
+        request.run(name, () => store.claim(claimOf(`:context:${name}:${randomUUID()}`))),
+      );
+      expect((await Promise.all(claims)).map((r) => r.state)).toEqual(['acquired', 'acquired', 'acquired']);
+      const alone = await request.run('D', () => store.claim(claimOf(`:context:D:${randomUUID()}`)));
+      expect(alone.state).toBe('acquired');
+      expect(sentFrom).toEqual([
+        { command: 'pipeline', context: undefined },
+        { command: 'evalsha', context: undefined },
+      ]);
+    } finally {
+      traced.disconnect();
+    }
   });
 
   it('after SCRIPT FLUSH, send each script of the write again as source (EVAL)', async () => {

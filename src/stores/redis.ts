@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import type { Cluster, Redis } from 'ioredis';
 import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
 import type {
@@ -68,6 +69,15 @@ function parseSteps(flat: unknown): RecordedSteps {
 const OUTAGE_REPLIES = /^(LOADING|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|READONLY|NOREPLICAS)\b/;
 
 const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
+
+/**
+ * The scope the batched scripts are sent from. A callback runs in the async
+ * context it was scheduled in: scheduled by the first request of a turn, the
+ * write (and a tracer's span for it) would belong to that request, though it
+ * carries the scripts of every request of the turn. So it is sent from no
+ * request's context, as the claim renewals run (core/timing.ts).
+ */
+const detached = new AsyncResource('trpc-idempotency.RedisScriptBatch');
 
 type ScriptKeys = [number, ...string[]];
 type ScriptArgs = (string | number)[];
@@ -170,7 +180,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     try {
       if (!batching) return await evaluate(s, keys, args);
       return await new Promise((resolve, reject) => {
-        if (queued.push({ script: s, keys, args, resolve, reject }) === 1) setImmediate(flush);
+        if (queued.push({ script: s, keys, args, resolve, reject }) === 1) {
+          detached.runInAsyncScope(setImmediate, undefined, flush);
+        }
       });
     } catch (error) {
       throw classify(error);
