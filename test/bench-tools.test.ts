@@ -66,22 +66,27 @@ describe('exitOnInterrupt (Ctrl-C in npm run bench)', () => {
   it('runs every cleanup, last registered first, before exiting with 130, whatever fails meanwhile', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'bench-interrupt-'));
     const marker = join(dir, 'marker');
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/bench-interrupt.ts', marker], {
+      cwd: repo,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     try {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/bench-interrupt.ts', marker], {
-        cwd: repo,
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
       await new Promise<void>((resolve, reject) => {
         child.stdout.on('data', (chunk: Buffer) => {
           if (chunk.toString().includes('ready')) resolve();
         });
         child.once('exit', (code) => reject(new Error(`the fixture exited with ${code} before it was ready`)));
       });
-      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      const exited = new Promise<number | string | null>((resolve) => {
+        child.once('exit', (code) => resolve(code));
+        setTimeout(() => resolve('still running 10 s after SIGINT'), 10_000).unref();
+      });
       child.kill('SIGINT');
       expect(await exited).toBe(130);
       expect(readFileSync(marker, 'utf8')).toBe('last registered\nfirst registered\n');
     } finally {
+      // A handler that does not exit must not leave the fixture running after the test.
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     }
   });
