@@ -19,10 +19,12 @@ import {
   type Cleanups,
   exitOnInterrupt,
   type LoadGenerator,
+  primeKeys,
   runCleanups,
   type Server,
   startServer as startBenchServer,
   startLoad,
+  warmUp,
 } from './lib/processes.js';
 import { cpuMicros, createSchema, postgresCpuCounter, startRedis } from './lib/services.js';
 import type { LoadCommand, LoadResult } from './load.js';
@@ -49,20 +51,8 @@ interface Run {
 }
 let redisPid = 0;
 
-async function prime(server: Server, keys: LoadCommand['keys']) {
-  if (keys.mode !== 'replay') return;
-  const primed = await load({ type: 'prime', url: server.url, keys });
-  if (primed.non2xx > 0) throw new Error(`priming the replay keys failed (${primed.non2xx} errors)`);
-}
-
-async function warmUp(server: Server, keys: LoadCommand['keys']) {
-  await prime(server, keys);
-  const result = await load({ type: 'run', url: server.url, amount: WARMUP_REQUESTS, keys });
-  if (result.non2xx + result.errors > 0) throw new Error(`${result.non2xx} non-2xx, ${result.errors} errors`);
-}
-
-async function measure(server: Server, keys: LoadCommand['keys']): Promise<Run> {
-  await prime(server, keys);
+async function measure(name: string, server: Server, keys: LoadCommand['keys']): Promise<Run> {
+  await primeKeys(loadGenerator, name, server, keys);
   await load({ type: 'run', url: server.url, duration: 0.5, keys });
   const serverBefore = cpuMicros(server.pid);
   const redisBefore = cpuMicros(redisPid);
@@ -103,10 +93,10 @@ async function main() {
     B: await startServer(VARIANT, await env('ab_b')),
   };
   loadGenerator = startLoad(32, cleanups);
-  await warmUp(baseline, { mode: 'fresh' });
+  const warmUpSettings = { requests: WARMUP_REQUESTS, replayKeys: 1_000 };
+  await warmUp(loadGenerator, 'baseline', baseline, ['fresh'], warmUpSettings);
   for (const build of ['A', 'B'] as const) {
-    await warmUp(servers[build], { mode: 'fresh' });
-    await warmUp(servers[build], { mode: 'replay', prefix: `${build}-warm-up`, count: 1_000 });
+    await warmUp(loadGenerator, build, servers[build], ['fresh', 'replay'], warmUpSettings);
   }
 
   const results = new Map<
@@ -117,13 +107,13 @@ async function main() {
   for (let round = 1; round <= ROUNDS; round++) {
     const order = round % 2 === 1 ? (['A', 'B'] as const) : (['B', 'A'] as const);
     for (const mode of ['first', 'replay'] as const) {
-      let before = await measure(baseline, { mode: 'fresh' });
+      let before = await measure('baseline', baseline, { mode: 'fresh' });
       baselineRuns.push(before);
       for (const build of order) {
         const keys: LoadCommand['keys'] =
           mode === 'first' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${build}-r${round}`, count: 1_000 };
-        const run = await measure(servers[build], keys);
-        const after = await measure(baseline, { mode: 'fresh' });
+        const run = await measure(build, servers[build], keys);
+        const after = await measure('baseline', baseline, { mode: 'fresh' });
         baselineRuns.push(after);
         const name = `${build} ${mode}`;
         const entry = results.get(name) ?? { rps: [], ratio: [], serverUs: [], redisUs: [], postgresUs: [] };

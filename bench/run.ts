@@ -21,10 +21,12 @@ import {
   type Cleanups,
   exitOnInterrupt,
   type LoadGenerator,
+  primeKeys as primeKeysOf,
   runCleanups,
   type Server,
   startServer as startBenchServer,
   startLoad,
+  warmUp as warmUpOf,
 } from './lib/processes.js';
 import { type ProfileSummary, summariseProfile } from './lib/profile.js';
 import { type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
@@ -110,27 +112,10 @@ interface Run {
   redis_calls_per_req: Record<string, number>;
 }
 
-async function primeKeys(name: string, server: Server, keys: LoadCommand['keys']) {
-  const primed = await load({ type: 'prime', url: server.url, keys });
-  if (keys.mode === 'replay' && (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count))) {
-    throw new Error(
-      `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
-    );
-  }
-}
-
-/** A fresh server's warm-up: WARMUP_REQUESTS of each kind it will be measured on (replays on keys of its own). */
-async function warmUp(name: string, server: Server, modes: Iterable<'fresh' | 'replay'>) {
-  for (const mode of modes) {
-    const keys: LoadCommand['keys'] =
-      mode === 'fresh' ? { mode } : { mode, prefix: `${name}-warm-up`, count: REPLAY_KEYS };
-    if (keys.mode === 'replay') await primeKeys(name, server, keys);
-    const result = await load({ type: 'run', url: server.url, amount: WARMUP_REQUESTS, keys });
-    if (result.non2xx + result.errors > 0) {
-      throw new Error(`${name}: ${result.non2xx} non-2xx answers and ${result.errors} errors while warming up`);
-    }
-  }
-}
+const primeKeys = (name: string, server: Server, keys: LoadCommand['keys']) =>
+  primeKeysOf(loadGenerator, name, server, keys);
+const warmUp = (name: string, server: Server, modes: Iterable<'fresh' | 'replay'>) =>
+  warmUpOf(loadGenerator, name, server, modes, { requests: WARMUP_REQUESTS, replayKeys: REPLAY_KEYS });
 
 async function measureRun(
   name: string,
@@ -139,7 +124,7 @@ async function measureRun(
   keys: LoadCommand['keys'],
   redis: { admin: Redis; pid: number },
 ): Promise<Run> {
-  if (keys.mode === 'replay') await primeKeys(name, server, keys);
+  await primeKeys(name, server, keys);
   await load({ type: 'run', url: server.url, duration: WARMUP, keys });
   const callsBefore = await commandCalls(redis.admin);
   const serverBefore = cpuMicros(server.pid);
@@ -391,7 +376,7 @@ async function main() {
         step.keys === 'fresh'
           ? { mode: 'fresh' }
           : { mode: 'replay', prefix: `${step.name}-paced-r${round}`, count: REPLAY_KEYS };
-      if (keys.mode === 'replay') await primeKeys(step.name, servers[step.server]!, keys);
+      await primeKeys(step.name, servers[step.server]!, keys);
       const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
       const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
       paced.push({ name: step.name, round, variant, before: before.result, after });
@@ -424,7 +409,7 @@ async function main() {
     await warmUp(name, server, [mode]);
     const keys: LoadCommand['keys'] =
       mode === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${name}-profile`, count: REPLAY_KEYS };
-    if (keys.mode === 'replay') await primeKeys(name, server, keys);
+    await primeKeys(name, server, keys);
     await load({ type: 'run', url: server.url, duration: WARMUP, keys });
     // The profile covers the measured window only: perf records from here until stopped; V8's
     // profiler starts on SIGUSR2 and its profile is written on SIGTERM.

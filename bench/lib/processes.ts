@@ -139,3 +139,39 @@ export function startLoad(connections: number, cleanups: Cleanups): LoadGenerato
     },
   };
 }
+
+/**
+ * Completes the replay keys before replays are measured, and checks that they replay (the load process
+ * sends some of them again and counts the `Idempotent-Replayed` answers). Fresh keys need nothing.
+ */
+export async function primeKeys(generator: LoadGenerator, name: string, server: Server, keys: LoadCommand['keys']) {
+  if (keys.mode !== 'replay') return;
+  const primed = await generator.load({ type: 'prime', url: server.url, keys });
+  if (primed.non2xx > 0 || primed.replayChecked !== Math.min(20, keys.count)) {
+    throw new Error(
+      `${name}: priming the replay keys failed (${primed.non2xx} errors, ${primed.replayChecked} replays checked)`,
+    );
+  }
+}
+
+/**
+ * A fresh server's warm-up, so that V8 has optimised its code before anything is measured (it takes
+ * ~5,000 requests): `requests` of each kind it will be measured on, replays on keys of its own.
+ */
+export async function warmUp(
+  generator: LoadGenerator,
+  name: string,
+  server: Server,
+  modes: Iterable<'fresh' | 'replay'>,
+  { requests, replayKeys }: { requests: number; replayKeys: number },
+) {
+  for (const mode of modes) {
+    const keys: LoadCommand['keys'] =
+      mode === 'fresh' ? { mode } : { mode, prefix: `${name}-warm-up`, count: replayKeys };
+    await primeKeys(generator, name, server, keys);
+    const result = await generator.load({ type: 'run', url: server.url, amount: requests, keys });
+    if (result.non2xx + result.errors > 0) {
+      throw new Error(`${name}: ${result.non2xx} non-2xx answers and ${result.errors} errors while warming up`);
+    }
+  }
+}
