@@ -61,6 +61,57 @@ export function describeStoreContract(
       expect(results.filter((r) => r.state === 'in_progress')).toHaveLength(49);
     });
 
+    it('calls of every kind on many records, issued at once, each get their own answer', async () => {
+      // A store may send the calls of one turn of the event loop together (the Redis store does):
+      // each answer must still be its own call's.
+      const { store } = await create();
+      const [free, held, done, toRelease, toExtend, toComplete] = [id(), id(), id(), id(), id(), id()];
+      const hold = (rec: string, token: string) => claim(store, { id: rec, fingerprint: 'fp', token, lockTtl: 10_000 });
+      const finish = (rec: string, token: string, body: string) =>
+        store.complete({ id: rec, fingerprint: 'fp', token, state: 'completed', body, ttl: 60_000 });
+      for (const [rec, token] of [
+        [held, 'h'],
+        [done, 'd'],
+        [toRelease, 'r'],
+        [toExtend, 'e'],
+        [toComplete, 'c'],
+      ] as const) {
+        expect(await hold(rec, token)).toEqual({ state: 'acquired' });
+      }
+      expect(await finish(done, 'd', 'done body')).toBe('stored');
+
+      const answers = await Promise.all([
+        claim(store, { id: free, fingerprint: 'fp', token: 'f', lockTtl: LOCK }),
+        claim(store, { id: held, fingerprint: 'other', token: 'x', lockTtl: LOCK }),
+        claim(store, { id: done, fingerprint: 'fp', token: 'y', lockTtl: LOCK }),
+        claim(store, { id: done, fingerprint: 'other', token: 'z', lockTtl: LOCK }),
+        store.release({ id: toRelease, token: 'r' }),
+        store.release({ id: held, token: 'intruder' }),
+        store.extend({ id: toExtend, token: 'e', lockTtl: 10_000 }),
+        store.extend({ id: held, token: 'intruder', lockTtl: 10_000 }),
+        finish(toComplete, 'c', 'completed body'),
+        finish(held, 'intruder', 'x'),
+      ]);
+      expect(answers).toEqual([
+        { state: 'acquired' },
+        { state: 'in_progress', fingerprint: 'fp' },
+        { state: 'completed', fingerprint: 'fp', body: 'done body' },
+        { state: 'completed', fingerprint: 'fp' },
+        true,
+        false,
+        true,
+        false,
+        'stored',
+        'held',
+      ]);
+      expect(await hold(toRelease, 'again')).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: toComplete, fingerprint: 'fp', token: 'w', lockTtl: LOCK })).toEqual({
+        state: 'completed',
+        fingerprint: 'fp',
+        body: 'completed body',
+      });
+    });
+
     it('completes with the holding token and replays the body to a matching fingerprint only', async () => {
       const { store } = await create();
       const rec = id();
