@@ -332,14 +332,14 @@ function noIoNote(results: Results): string {
 }
 
 /**
- * What PostgreSQL's own processes allow a first execution at most: the baseline's CPU per request
+ * What PostgreSQL's own processes allow a path at most: the baseline's CPU per request
  * over the same plus theirs, as if the layer cost nothing in the application server.
  */
-function postgresBound(pgFirst: Row): string {
-  const all = allCpu(pgFirst);
-  if (all === undefined) return '';
-  const pg = pgFirst.postgres_cpu_us_per_req - (pgFirst.baseline_postgres_cpu_us_per_req ?? 0);
-  return `; PostgreSQL's processes alone take ${fmt(pg)} µs of CPU per first execution, which with a layer costing nothing in the server would allow ${(all.baseline / (all.baseline + pg)).toFixed(2)} (see "Every process")`;
+function postgresBound(row: Row, what: string): string {
+  const all = allCpu(row);
+  if (all === undefined) return 'not measured';
+  const pg = row.postgres_cpu_us_per_req - (row.baseline_postgres_cpu_us_per_req ?? 0);
+  return `PostgreSQL's processes alone take ${fmt(pg)} µs of CPU per ${what}, which with a layer costing nothing in the server would allow ${(all.baseline / (all.baseline + pg)).toFixed(2)}`;
 }
 
 function targetsTable(results: Results): string {
@@ -358,48 +358,132 @@ function targetsTable(results: Results): string {
   const cost = (name: string) => fixedRow(name)?.cost_ratio ?? Number.NaN;
   const fixedCpu = (name: string) =>
     `${fmt(fixedRow(name)?.server_cpu_us_per_req ?? Number.NaN)} vs ${fmt(fixedRow(name)?.baseline_server_cpu_us_per_req ?? Number.NaN)} µs`;
-  const t = (what: string, measured: string, ok: boolean) => `| ${what} | ${measured} | ${met(ok)} |`;
+  const bounds = boundsOf(results);
+  const t = (what: string, measured: string, ok: boolean, bound: string) =>
+    `| ${what} | ${measured} | ${met(ok)} | ${ok ? '' : bound} |`;
   return [
-    '| Target | Measured | |',
-    '| --- | --- | --- |',
+    '| Target | Measured | | What bounds it, measured in this run |',
+    '| --- | --- | --- | --- |',
     t(
       'Redis, first execution: ≥ every atomic peer (node-idempotency, Powertools) and within 0.03 of the two-round-trip floor',
       `${ratio('redis-first').toFixed(2)}; peers ≤ ${peersFirst.toFixed(2)}; floor ${floor.toFixed(2)}`,
       ratio('redis-first') >= peersFirst && ratio('redis-first') >= floor - 0.03,
+      bounds.redisFirst,
     ),
     t(
       'Redis, replay: ≥ every peer, and less server CPU per request than the bare procedure',
       `${redisReplay.ratio.toFixed(2)}; peers ≤ ${peersReplay.toFixed(2)}; ${redisReplay.server_cpu_us_per_req} vs ${redisReplay.baseline_server_cpu_us_per_req} µs`,
       redisReplay.ratio >= peersReplay &&
         redisReplay.server_cpu_us_per_req < redisReplay.baseline_server_cpu_us_per_req,
+      bounds.redisReplay,
     ),
-    t('Memory, replay: ≥ 0.95', ratio('memory-replay').toFixed(2), ratio('memory-replay') >= 0.95),
+    t('Memory, replay: ≥ 0.95', ratio('memory-replay').toFixed(2), ratio('memory-replay') >= 0.95, bounds.memoryReplay),
     t(
       'Memory, replay, at a fixed rate: cost ratio ≥ 0.95 (see the latency section)',
-      cost('memory-replay').toFixed(2),
+      `${cost('memory-replay').toFixed(2)}; ${fixedCpu('memory-replay')}`,
       cost('memory-replay') >= 0.95,
+      bounds.memoryReplayFixed,
     ),
     t(
       'Redis, replay, at a fixed rate: less server CPU per request than the bare procedure',
       `${fixedCpu('redis-replay')}; cost ratio ${cost('redis-replay').toFixed(2)}`,
       cost('redis-replay') > 1,
+      bounds.redisReplayFixed,
     ),
     t(
       'PostgreSQL: first ≥ 0.5, replay ≥ 0.8',
-      `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}${postgresBound(pgFirst)}`,
+      `${ratio('postgres-first').toFixed(2)} / ${ratio('postgres-replay').toFixed(2)}`,
       ratio('postgres-first') >= 0.5 && ratio('postgres-replay') >= 0.8,
+      bounds.postgres,
     ),
     t(
       'PostgreSQL server CPU per first execution ≤ 271 µs (half of the 542 µs recorded on 2026-11-30)',
       `${pgFirst.postgres_cpu_us_per_req} µs`,
       pgFirst.postgres_cpu_us_per_req <= 271,
+      bounds.postgresCpu,
     ),
     t(
       'In process, memory store: overhead ≤ 4 µs per call',
       `${results.overhead_us_per_call} µs`,
       results.overhead_us_per_call <= 4,
+      bounds.inProcess,
     ),
   ].join('\n');
+}
+
+/**
+ * For each target, what this run measured about where the time goes: every process's CPU, the
+ * profiles of "Where the CPU goes", the load generator's wake-ups, and the documents that profile a
+ * path further (bench/profile-*.md).
+ */
+function boundsOf(results: Results) {
+  const row = (name: string) => results.rows.find((r) => r.name === name);
+  // All processes' CPU per request, and the ratio the cores would allow if CPU were the only limit.
+  const cores = (name: string) => {
+    const r = row(name);
+    const all = r === undefined ? undefined : allCpu(r);
+    return all === undefined
+      ? 'not measured'
+      : `${fmt(all.variant)} µs (allows ${(all.baseline / all.variant).toFixed(2)})`;
+  };
+  const rounds = (name: string) => {
+    const r = row(name);
+    return r === undefined ? 'not measured' : `${Math.min(...r.ratios).toFixed(2)}-${Math.max(...r.ratios).toFixed(2)}`;
+  };
+  const added = (name: string) => {
+    const r = row(name);
+    return r === undefined ? 'not measured' : `+${fmt(r.server_cpu_us_per_req - r.baseline_server_cpu_us_per_req)}`;
+  };
+  const layer = (name: string) => {
+    const us = results.profiles[name]?.owners['trpc-idempotency'];
+    return us === undefined ? 'not profiled' : `${us} µs`;
+  };
+  const runs = (name: string) => {
+    const r = row(name);
+    return r?.load_runs_per_req === undefined
+      ? 'not measured'
+      : `${r.load_runs_per_req} times per request (baseline ${r.baseline_load_runs_per_req})`;
+  };
+  const pgFirst = row('postgres-first');
+  const pgReplay = row('postgres-replay');
+  const overhead = results.overhead;
+  return {
+    redisFirst:
+      `All processes' CPU per request: ours ${cores('redis-first')}, the floor ${cores('floor-2-redis-round-trips')}, ` +
+      `node-idempotency ${cores('node-idempotency-first')}, Powertools ${cores('powertools-first')}. ` +
+      `Server CPU added: ours ${added('redis-first')} µs, node-idempotency ${added('node-idempotency-first')}, Powertools ${added('powertools-first')}; ` +
+      `the layer's own code ${layer('redis-first')} per request ("Where the CPU goes"). Ratios per round: ours ${rounds('redis-first')}, ` +
+      `node-idempotency ${rounds('node-idempotency-first')}, Powertools ${rounds('powertools-first')}, the floor ${rounds('floor-2-redis-round-trips')}`,
+    redisReplay:
+      `All processes' CPU per request: ours ${cores('redis-replay')}, node-idempotency ${cores('node-idempotency-replay')}, ` +
+      `Powertools ${cores('powertools-replay')}. Ours checks the payload's fingerprint, parses the stored result and lets tRPC ` +
+      `parse the input and serialize the result; node-idempotency's replay answers before tRPC's input parser and checks no payload ` +
+      `(instructions per replay: bench/profile-http.md). The layer's own code ${layer('redis-replay')} per request. ` +
+      `Ratios per round: ours ${rounds('redis-replay')}, node-idempotency ${rounds('node-idempotency-replay')}`,
+    memoryReplay:
+      `The load generator was put on a CPU ${runs('memory-replay')}: answers made without I/O reach it one at a ` +
+      `time, and its wake-ups take CPU the server lacks on the shared cores. The no-I/O floor, which has no layer at all, ` +
+      `reached ${(row('floor-no-io-handler')?.ratio ?? Number.NaN).toFixed(2)} (its load generator ${runs('floor-no-io-handler')}). ` +
+      `The layer's own code ${layer('memory-replay')} per request. At a fixed rate, the next row`,
+    memoryReplayFixed: `The no-I/O floor's cost ratio at a fixed rate: ${(results.latency.find((r) => r.name === 'floor-no-io-handler')?.cost_ratio ?? Number.NaN).toFixed(2)}; the layer's own code ${layer('memory-replay')} per request`,
+    redisReplayFixed:
+      `A replay is one Redis round trip, as the bare procedure's single INCR is, plus the layer's checks (its own code ` +
+      `${layer('redis-replay')} per request, ioredis ${results.profiles['redis-replay']?.owners.ioredis ?? 'not profiled'} µs against the baseline's ` +
+      `${results.profiles.baseline?.owners.ioredis ?? 'not profiled'}): with a procedure that does no more than one store round trip, a replay cannot cost less`,
+    postgres:
+      pgFirst === undefined || pgReplay === undefined
+        ? 'not measured'
+        : `${postgresBound(pgFirst, 'first execution')}; ${postgresBound(pgReplay, 'replay')} (see "Every process")`,
+    postgresCpu:
+      `A first execution commits twice (the claim, durable before the procedure runs; the outcome, before it is answered), ` +
+      `each waiting for a WAL flush; a replay, one statement that writes nothing, took ${pgReplay?.postgres_cpu_us_per_req ?? 'not measured'} µs ` +
+      `(bench/profile-postgres.md)`,
+    inProcess:
+      `The fingerprint (canonical form and SHA-256 of the input) ${overhead.fingerprint_us.toFixed(2)} µs; a replay ` +
+      `${overhead.replay_overhead_us_per_call?.toFixed(1) ?? 'not measured'} µs over the baseline. A first execution also stores ` +
+      `the result (JSON.stringify) and keeps its record among the store's 10,000, which the garbage collector then copies ` +
+      `(bench/profile-inprocess.md)`,
+  };
 }
 
 /** Ratios against the previous committed record's. */
