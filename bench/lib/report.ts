@@ -434,6 +434,12 @@ function boundsOf(results: Results) {
     const r = row(name);
     return r === undefined ? 'not measured' : `+${fmt(r.server_cpu_us_per_req - r.baseline_server_cpu_us_per_req)}`;
   };
+  const redisAdded = (name: string) => {
+    const r = row(name);
+    if (r === undefined) return 'not measured';
+    const us = r.redis_cpu_us_per_req - r.baseline_redis_cpu_us_per_req;
+    return `${us >= 0 ? '+' : ''}${fmt(us)}`;
+  };
   const layer = (name: string) => {
     const us = results.profiles[name]?.owners['trpc-idempotency'];
     return us === undefined ? 'not profiled' : `${us} µs`;
@@ -452,6 +458,8 @@ function boundsOf(results: Results) {
       `All processes' CPU per request: ours ${cores('redis-first')}, the floor ${cores('floor-2-redis-round-trips')}, ` +
       `node-idempotency ${cores('node-idempotency-first')}, Powertools ${cores('powertools-first')}. ` +
       `Server CPU added: ours ${added('redis-first')} µs, node-idempotency ${added('node-idempotency-first')}, Powertools ${added('powertools-first')}; ` +
+      `Redis CPU added: ours ${redisAdded('redis-first')} µs, node-idempotency ${redisAdded('node-idempotency-first')}, Powertools ${redisAdded('powertools-first')} ` +
+      `(the store runs a Lua script per transition, fenced by the claim's token; the peers send plain SETs); ` +
       `the layer's own code ${layer('redis-first')} per request ("Where the CPU goes"). Ratios per round: ours ${rounds('redis-first')}, ` +
       `node-idempotency ${rounds('node-idempotency-first')}, Powertools ${rounds('powertools-first')}, the floor ${rounds('floor-2-redis-round-trips')}`,
     redisReplay:
