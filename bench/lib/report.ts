@@ -488,9 +488,9 @@ function boundsOf(results: Results) {
       `(bench/profile-postgres.md)`,
     inProcess:
       `The fingerprint (canonical form and SHA-256 of the input) ${overhead.fingerprint_us.toFixed(2)} µs; a replay ` +
-      `${overhead.replay_overhead_us_per_call?.toFixed(1) ?? 'not measured'} µs over the baseline. A first execution also stores ` +
-      `the result (JSON.stringify) and keeps its record among the store's 10,000, which the garbage collector then copies ` +
-      `(bench/profile-inprocess.md)`,
+      `${overhead.replay_overhead_us_per_call?.toFixed(1) ?? 'not measured'} µs over the baseline. The rest of a first ` +
+      `execution is spread over its steps (storing the result with JSON.stringify, the largest, the memory store, the ` +
+      `engine, the resolver's signal): bench/profile-inprocess.md`,
   };
 }
 
