@@ -1,6 +1,7 @@
 /**
  * The bench's own parts that a run's figures depend on, where a mistake would not show as a failure:
- * the reading of perf's samples, and what Ctrl-C leaves behind.
+ * the reading of perf's samples, what the report carries from one record to the next, and what
+ * Ctrl-C leaves behind.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -9,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { summarisePerfScript } from '../bench/lib/perf.js';
+import { previousOf } from '../bench/lib/report.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 
@@ -59,6 +61,30 @@ describe('summarisePerfScript (perf script -F tid,ip,sym)', () => {
       ]),
     );
     expect(summary.top.every((f) => f.share === 0.2)).toBe(true);
+  });
+});
+
+describe('previousOf (the last record, for the next one to compare with)', () => {
+  const summary = (fields: object) =>
+    `<!-- bench-summary ${JSON.stringify({ date: '2026-12-01T10:59:34.973Z', commit: 'cbf7f51', ratios: { 'redis-first': 0.889 }, overhead_us_per_call: 6.09, ...fields })} -->`;
+
+  it("reads the baseline's range from the summary", () => {
+    const previous = previousOf(`# Benchmark results\n\n${summary({ baseline_rps_range: [3298, 4325] })}\n`);
+    expect(previous?.baseline_rps_range).toEqual([3298, 4325]);
+    expect(previous?.ratios).toEqual({ 'redis-first': 0.889 });
+  });
+
+  it('reads it from the Steadiness line of a record whose summary does not give it', () => {
+    const markdown = [
+      '# Benchmark results',
+      '',
+      "**Steadiness.** The bare tRPC baseline's 42 saturation runs served 2,327-4,443 req/s, at 244-514 µs of server CPU per",
+      "request: the same work, so the spread is the host's.",
+      '',
+      summary({}),
+    ].join('\n');
+    expect(previousOf(markdown)?.baseline_rps_range).toEqual([2327, 4443]);
+    expect(previousOf(`# Benchmark results\n\n${summary({})}\n`)?.baseline_rps_range).toBeUndefined();
   });
 });
 

@@ -69,6 +69,8 @@ export interface Previous {
   machine?: string;
   /** The tRPC baseline's req/s (median of its runs): how fast that machine served the bare procedure. */
   baseline_rps?: number;
+  /** The lowest and highest req/s of the tRPC baseline's own runs: how steady the host was (absent in older records). */
+  baseline_rps_range?: [number, number];
   ratios: Record<string, number>;
   overhead_us_per_call: number;
 }
@@ -84,6 +86,7 @@ export function previousOf(markdown: string): Previous | undefined {
       ...previous,
       machine: machineOf(previous, markdown),
       baseline_rps: previous.baseline_rps ?? baselineRpsOf(markdown),
+      baseline_rps_range: previous.baseline_rps_range ?? steadinessOf(markdown),
     };
   }
   const date = /\((\d{4}-\d\d-\d\dT[^)]+)\)/.exec(markdown)?.[1];
@@ -127,6 +130,18 @@ export function machineName(results: Pick<Results, 'machine'>): string {
 export function baselineRps(results: Pick<Results, 'rows'>): number | undefined {
   const rps = middle(results.rows.filter((r) => r.baseline === 'baseline').map((r) => r.baseline_rps));
   return rps === undefined ? undefined : Math.round(rps);
+}
+
+/** The range of the tRPC baseline's runs, from the Steadiness line of a record written before the summary gave it. */
+function steadinessOf(markdown: string): [number, number] | undefined {
+  const match = /saturation runs served ([0-9,]+)-([0-9,]+) req\/s/.exec(markdown);
+  return match === null ? undefined : [Number(match[1]!.replaceAll(',', '')), Number(match[2]!.replaceAll(',', ''))];
+}
+
+/** The lowest and highest req/s of the tRPC baseline's own saturation runs, or undefined with fewer than 2. */
+function baselineRange(results: Pick<Results, 'runs'>): [number, number] | undefined {
+  const rps = (results.runs ?? []).filter((r) => r.name === 'baseline').map((r) => Math.round(r.rps));
+  return rps.length < 2 ? undefined : [Math.min(...rps), Math.max(...rps)];
 }
 
 /**
@@ -517,6 +532,15 @@ function sinceLast(results: Results): string {
   return lines.join('\n');
 }
 
+/** The spread of the baseline's own runs in both records, when both give it. */
+function steadinessChange(results: Results, prev: Previous): string {
+  const now = baselineRange(results);
+  const then = prev.baseline_rps_range;
+  if (now === undefined || then === undefined) return '';
+  const span = ([low, high]: [number, number]) => `${fmt(low)}-${fmt(high)}`;
+  return ` Its own runs served ${span(then)} req/s then and ${span(now)} now (the *Steadiness* line): the wider the range, the more the host's speed moved under the ratios.`;
+}
+
 /** What a reader must know before comparing the two records' ratios: whether the machine changed. */
 function machineChange(results: Results, prev: Previous): string[] {
   const now = machineName(results);
@@ -532,7 +556,7 @@ function machineChange(results: Results, prev: Previous): string[] {
       prev.baseline_rps !== undefined && rps !== undefined && Math.abs(rps / prev.baseline_rps - 1) > 0.25
         ? " The host ran at another speed: read the change between these two records as the machine's as much as the code's."
         : '';
-    return [`Same machine type (${now}).${speed}${moved}`, ''];
+    return [`Same machine type (${now}).${speed}${moved}${steadinessChange(results, prev)}`, ''];
   }
   return [
     `**Another machine:** ${prev.machine} then, ${now} now.${speed} A ratio is each variant against its baseline on the`,
@@ -702,6 +726,7 @@ Raw runs: \`bench/results.json\` (not committed). Run it: \`npm run bench\` (nee
     commit: results.commit,
     machine: machineName(results),
     baseline_rps: baselineRps(results),
+    baseline_rps_range: baselineRange(results),
     ratios: Object.fromEntries(results.rows.map((r) => [r.name, r.ratio])),
     overhead_us_per_call: results.overhead_us_per_call,
   } satisfies Previous)} -->
