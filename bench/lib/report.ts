@@ -445,15 +445,14 @@ function boundsOf(results: Results) {
     const r = row(name);
     return r === undefined ? 'not measured' : `${Math.min(...r.ratios).toFixed(2)}-${Math.max(...r.ratios).toFixed(2)}`;
   };
+  const signed = (us: number) => `${us >= 0 ? '+' : ''}${fmt(us)}`;
   const added = (name: string) => {
     const r = row(name);
-    return r === undefined ? 'not measured' : `+${fmt(r.server_cpu_us_per_req - r.baseline_server_cpu_us_per_req)}`;
+    return r === undefined ? 'not measured' : signed(r.server_cpu_us_per_req - r.baseline_server_cpu_us_per_req);
   };
   const redisAdded = (name: string) => {
     const r = row(name);
-    if (r === undefined) return 'not measured';
-    const us = r.redis_cpu_us_per_req - r.baseline_redis_cpu_us_per_req;
-    return `${us >= 0 ? '+' : ''}${fmt(us)}`;
+    return r === undefined ? 'not measured' : signed(r.redis_cpu_us_per_req - r.baseline_redis_cpu_us_per_req);
   };
   const layer = (name: string) => {
     const us = results.profiles[name]?.owners['trpc-idempotency'];
@@ -463,7 +462,7 @@ function boundsOf(results: Results) {
     const r = row(name);
     return r?.load_runs_per_req === undefined
       ? 'not measured'
-      : `${r.load_runs_per_req} times per request (baseline ${r.baseline_load_runs_per_req})`;
+      : `${r.load_runs_per_req} time${r.load_runs_per_req === 1 ? '' : 's'} per request (baseline ${r.baseline_load_runs_per_req})`;
   };
   const pgFirst = row('postgres-first');
   const pgReplay = row('postgres-replay');
@@ -492,7 +491,8 @@ function boundsOf(results: Results) {
     redisReplayFixed:
       `A replay is one Redis round trip, as the bare procedure's single INCR is, plus the layer's checks (its own code ` +
       `${layer('redis-replay')} per request, ioredis ${results.profiles['redis-replay']?.owners.ioredis ?? 'not profiled'} µs against the baseline's ` +
-      `${results.profiles.baseline?.owners.ioredis ?? 'not profiled'}): with a procedure that does no more than one store round trip, a replay cannot cost less`,
+      `${results.profiles.baseline?.owners.ioredis ?? 'not profiled'}): against a procedure that does no more than one store round trip, ` +
+      `it costs less only where replays arriving together share the store's write of one turn of the event loop`,
     postgres:
       pgFirst === undefined || pgReplay === undefined
         ? 'not measured'
