@@ -334,10 +334,14 @@ export function renderTable(results: Results): string {
 
 const met = (ok: boolean) => (ok ? 'met' : '**not met**');
 
+/** A variant's row at saturation, and at a fixed rate. */
+const rowOf = (results: Results, name: string) => results.rows.find((r) => r.name === name);
+const fixedOf = (results: Results, name: string) => results.latency.find((r) => r.name === name);
+
 /** The no-I/O floor's CPU per request at saturation and at a fixed rate, each beside its baseline's. */
 function noIoNote(results: Results): string {
-  const sat = results.rows.find((r) => r.name === 'floor-no-io-handler');
-  const fixed = results.latency.find((r) => r.name === 'floor-no-io-handler');
+  const sat = rowOf(results, 'floor-no-io-handler');
+  const fixed = fixedOf(results, 'floor-no-io-handler');
   if (sat === undefined || fixed?.server_cpu_us_per_req === undefined) return 'not measured in this run';
   return (
     `its handler does less than the baseline's, yet at saturation it took ${fmt(sat.server_cpu_us_per_req)} µs of server CPU per request ` +
@@ -358,7 +362,7 @@ function postgresBound(row: Row, what: string): string {
 }
 
 function targetsTable(results: Results): string {
-  const row = (name: string) => results.rows.find((r) => r.name === name);
+  const row = (name: string) => rowOf(results, name);
   const ratio = (name: string) => row(name)?.ratio ?? Number.NaN;
   const peersFirst = Math.max(ratio('node-idempotency-first'), ratio('powertools-first'));
   const peersReplay = Math.max(
@@ -369,7 +373,7 @@ function targetsTable(results: Results): string {
   const floor = ratio('floor-2-redis-round-trips');
   const redisReplay = row('redis-replay')!;
   const pgFirst = row('postgres-first')!;
-  const fixedRow = (name: string) => results.latency.find((r) => r.name === name);
+  const fixedRow = (name: string) => fixedOf(results, name);
   const cost = (name: string) => fixedRow(name)?.cost_ratio ?? Number.NaN;
   const fixedCpu = (name: string) =>
     `${fmt(fixedRow(name)?.server_cpu_us_per_req ?? Number.NaN)} vs ${fmt(fixedRow(name)?.baseline_server_cpu_us_per_req ?? Number.NaN)} µs`;
@@ -432,7 +436,7 @@ function targetsTable(results: Results): string {
  * path further (bench/profile-*.md).
  */
 function boundsOf(results: Results) {
-  const row = (name: string) => results.rows.find((r) => r.name === name);
+  const row = (name: string) => rowOf(results, name);
   // All processes' CPU per request, and the ratio the cores would allow if CPU were the only limit.
   const cores = (name: string) => {
     const r = row(name);
@@ -487,7 +491,7 @@ function boundsOf(results: Results) {
       `time, and its wake-ups take CPU the server lacks on the shared cores. The no-I/O floor, which has no layer at all, ` +
       `reached ${(row('floor-no-io-handler')?.ratio ?? Number.NaN).toFixed(2)} (its load generator ${runs('floor-no-io-handler')}). ` +
       `The layer's own code ${layer('memory-replay')} per request. At a fixed rate, the next row`,
-    memoryReplayFixed: `The no-I/O floor's cost ratio at a fixed rate: ${(results.latency.find((r) => r.name === 'floor-no-io-handler')?.cost_ratio ?? Number.NaN).toFixed(2)}; the layer's own code ${layer('memory-replay')} per request`,
+    memoryReplayFixed: `The no-I/O floor's cost ratio at a fixed rate: ${(fixedOf(results, 'floor-no-io-handler')?.cost_ratio ?? Number.NaN).toFixed(2)}; the layer's own code ${layer('memory-replay')} per request`,
     redisReplayFixed:
       `A replay is one Redis round trip, as the bare procedure's single INCR is, plus the layer's checks (its own code ` +
       `${layer('redis-replay')} per request, ioredis ${results.profiles['redis-replay']?.owners.ioredis ?? 'not profiled'} µs against the baseline's ` +
