@@ -254,6 +254,7 @@ async function main() {
   const variants = [
     'baseline',
     'round-trips',
+    'redis-plain',
     'no-io',
     'memory',
     'redis',
@@ -282,11 +283,13 @@ async function main() {
 
   // A B A B: every variant runs right after its baseline, and the baseline runs again after it.
   const main = { admin: admins.get(redisMain)!, pid: redisMain.pid };
-  // Two references without idempotency: round-trips, the baseline handler plus two more
-  // Redis round trips, the floor of any Redis store that needs two (claim, completion);
-  // no-io, the same result made without any I/O, as a replay from the memory store is.
+  // Three references: round-trips, the baseline handler plus two more Redis round trips, the
+  // floor of any Redis store that needs two (claim, completion); redis-plain, this library on
+  // the plain SET commands the peers send instead of the store's fenced scripts (what the
+  // guarantees cost); no-io, the same result made without any I/O, as a replay from the memory store is.
   const plan: { name: string; server: string; baseline: string; keys: 'fresh' | 'replay' }[] = [
     { name: 'floor-2-redis-round-trips', server: 'round-trips', baseline: 'baseline', keys: 'fresh' },
+    { name: 'floor-redis-plain-commands', server: 'redis-plain', baseline: 'baseline', keys: 'fresh' },
     { name: 'floor-no-io-handler', server: 'no-io', baseline: 'baseline', keys: 'fresh' },
   ];
   for (const [name, server, baseline] of [

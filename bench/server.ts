@@ -63,6 +63,14 @@ async function trpcServer(): Promise<Server> {
     procedure = withIdempotency(t.procedure, { store });
   }
 
+  if (variant === 'redis-plain') {
+    // The same engine and adapter on plain SET commands instead of the Redis store's fenced scripts:
+    // what the Redis store would cost without its guarantees (bench/lib/plain-redis-store.ts).
+    const { withIdempotency } = (await libModule('index.js')) as typeof import('../dist/index.js');
+    const { plainRedisStore } = await import('./lib/plain-redis-store.js');
+    procedure = withIdempotency(t.procedure, { store: plainRedisStore(redis) });
+  }
+
   if (variant === 'node-idempotency') {
     // @node-idempotency/core driven from a tRPC middleware, as its NestJS
     // interceptor drives it: onRequest before the handler, onResponse (awaited) after.

@@ -449,6 +449,10 @@ function boundsOf(results: Results) {
     const r = row(name);
     return r === undefined ? 'not measured' : `${Math.min(...r.ratios).toFixed(2)}-${Math.max(...r.ratios).toFixed(2)}`;
   };
+  const ratioOf = (name: string) => {
+    const r = row(name);
+    return r === undefined ? 'not measured' : r.ratio.toFixed(2);
+  };
   const signed = (us: number) => `${us >= 0 ? '+' : ''}${fmt(us)}`;
   const added = (name: string) => {
     const r = row(name);
@@ -474,12 +478,16 @@ function boundsOf(results: Results) {
   return {
     redisFirst:
       `All processes' CPU per request: ours ${cores('redis-first')}, the floor ${cores('floor-2-redis-round-trips')}, ` +
+      `ours on plain SET commands ${cores('floor-redis-plain-commands')}, ` +
       `node-idempotency ${cores('node-idempotency-first')}, Powertools ${cores('powertools-first')}. ` +
       `Server CPU added: ours ${added('redis-first')} µs, node-idempotency ${added('node-idempotency-first')}, Powertools ${added('powertools-first')}; ` +
-      `Redis CPU added: ours ${redisAdded('redis-first')} µs, node-idempotency ${redisAdded('node-idempotency-first')}, Powertools ${redisAdded('powertools-first')} ` +
-      `(the store runs a Lua script per transition, fenced by the claim's token; the peers send plain SETs); ` +
+      `Redis CPU added: ours ${redisAdded('redis-first')} µs, on plain SET commands ${redisAdded('floor-redis-plain-commands')}, node-idempotency ${redisAdded('node-idempotency-first')}, Powertools ${redisAdded('powertools-first')} ` +
+      `(the store runs a Lua script per transition, fenced by the claim's token; the peers send plain SETs). ` +
+      `The same engine and adapter on plain SET commands (floor-redis-plain-commands, no fence) reached ${ratioOf('floor-redis-plain-commands')}: ` +
+      `what is left between it and the peers is the engine's and the adapter's, what lies between it and ours the fenced scripts'; ` +
       `the layer's own code ${layer('redis-first')} per request ("Where the CPU goes"). Ratios per round: ours ${rounds('redis-first')}, ` +
-      `node-idempotency ${rounds('node-idempotency-first')}, Powertools ${rounds('powertools-first')}, the floor ${rounds('floor-2-redis-round-trips')}`,
+      `node-idempotency ${rounds('node-idempotency-first')}, Powertools ${rounds('powertools-first')}, the floor ${rounds('floor-2-redis-round-trips')}, ` +
+      `on plain SET commands ${rounds('floor-redis-plain-commands')}`,
     redisReplay:
       `All processes' CPU per request: ours ${cores('redis-replay')}, node-idempotency ${cores('node-idempotency-replay')}, ` +
       `Powertools ${cores('powertools-replay')}. Ours checks the payload's fingerprint, parses the stored result and lets tRPC ` +
@@ -614,11 +622,18 @@ request, the handler's INCR left out.
 
 ${rowsTable(ours)}
 
-The two *floor* rows have no idempotency at all; they bound what any layer can reach here:
+The *floor* rows bound what a layer can reach here. Two have no idempotency at all:
 - **floor-2-redis-round-trips**: the baseline handler with two more Redis round trips (EXISTS before and after the
   INCR), as many as a first execution needs at least (claim, completion).
 - **floor-no-io-handler**: the baseline's result made without the INCR, so the response is produced with no I/O at all,
   as a replay from the memory store is.
+
+One is this library without its guarantees, to price them:
+- **floor-redis-plain-commands**: the same engine and tRPC adapter on a bench-only store (\`bench/lib/plain-redis-store.ts\`)
+  that sends the peers' kind of commands instead of the Redis store's Lua scripts: a claim is one \`SET NX PX GET\` with no
+  deadline, a completion one \`SET PX\` fenced by nothing (a holder whose claim expired overwrites the outcome of the
+  request that took the key over), no steps; batched per turn of the event loop as the Redis store's scripts are.
+  Against **redis-first**, the difference is what the fenced scripts cost.
 
 **redis-autopipelining** is the Redis store on an application client created with ioredis's \`enableAutoPipelining: true\`
 (the commands issued in one tick of the event loop reach Redis in one write), against a baseline whose client has it too
