@@ -4,7 +4,7 @@
 # differing only in their number of calls; the difference over the extra calls is the cost of one call.
 # It runs a copy of the built dist/ (`npm run build` first; or DIST=another build), so a build meanwhile
 # does not change it.
-#   bash bench/callgrind-inprocess.sh [base|first|replay ...]    (LOW, HIGH, WARMUP: call counts)
+#   bash bench/callgrind-inprocess.sh [base|first|replay|minimal ...]    (LOW, HIGH, WARMUP: call counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)

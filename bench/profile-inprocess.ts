@@ -2,7 +2,8 @@
  * A loop of the overhead.ts callers, to profile the middleware in process:
  *   node --cpu-prof --import tsx bench/profile-inprocess.ts first 200000
  *   node --import tsx bench/profile-inprocess.ts top <file.cpuprofile>  (self time of src/ frames)
- * Modes: `base` (no idempotency), `first` (a fresh key per call), `replay` (one completed key).
+ * Modes: `base` (no idempotency), `first` (a fresh key per call), `replay` (one completed key),
+ * `minimal` (a fresh key per call through the least an idempotency layer does: lib/inprocess.ts).
  * An optional third argument is a number of warm-up calls made first (default 20,000: the memory
  * store is then full, as in a long run, and every first execution evicts a record).
  * With `valgrind --tool=callgrind`, two call counts give instructions per call by difference.
@@ -32,6 +33,9 @@ async function loop(variant: string, calls: number, warm: number) {
     } else if (variant === 'first') {
       ctx.key = `k${n}`;
       await caller.idempotent(input);
+    } else if (variant === 'minimal') {
+      ctx.key = `k${n}`;
+      await caller.minimal(input);
     } else {
       ctx.key = 'replayed';
       await caller.idempotent(input);

@@ -476,6 +476,7 @@ async function main() {
     idempotent_us: number;
     overhead_us_per_call: number;
     fingerprint_us: number;
+    minimal_overhead_us_per_call: number;
   };
 
   const peerBytes = await peerRecordBytes(admins.get(redisMain)!);

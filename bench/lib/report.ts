@@ -247,6 +247,8 @@ export interface Results {
     fingerprint_us: number;
     replay_us?: number;
     replay_overhead_us_per_call?: number;
+    /** The least an idempotency layer does in process (bench/lib/inprocess.ts, minimalLayer), over the baseline. */
+    minimal_overhead_us_per_call?: number;
   };
   growth: { redis: Growth & { keys_in_redis: number }; postgres: Growth };
   purge: { rows: number; deleted: number; seconds: number; batch_size: number; rows_per_second: number };
@@ -337,6 +339,17 @@ const met = (ok: boolean) => (ok ? 'met' : '**not met**');
 /** A variant's row at saturation, and at a fixed rate. */
 const rowOf = (results: Results, name: string) => results.rows.find((r) => r.name === name);
 const fixedOf = (results: Results, name: string) => results.latency.find((r) => r.name === name);
+
+/** The least an idempotency layer does in process, beside the library, when the run measured it. */
+function minimalNote(overhead: Results['overhead']): string {
+  const minimal = overhead.minimal_overhead_us_per_call;
+  if (minimal === undefined) return '';
+  return (
+    `The least an idempotency layer does in process (a bounded Map, this fingerprint, the result stored as JSON; no claim ` +
+    `token, store timeouts, lease, fence or events: minimalLayer in bench/lib/inprocess.ts) took ${minimal.toFixed(1)} µs ` +
+    `over the baseline in the same run. `
+  );
+}
 
 /** The no-I/O floor's CPU per request at saturation and at a fixed rate, each beside its baseline's. */
 function noIoNote(results: Results): string {
@@ -515,7 +528,8 @@ function boundsOf(results: Results) {
       `(bench/profile-postgres.md)`,
     inProcess:
       `The fingerprint (canonical form and SHA-256 of the input) ${overhead.fingerprint_us.toFixed(2)} µs; a replay ` +
-      `${overhead.replay_overhead_us_per_call?.toFixed(1) ?? 'not measured'} µs over the baseline. The rest of a first ` +
+      `${overhead.replay_overhead_us_per_call?.toFixed(1) ?? 'not measured'} µs over the baseline. ` +
+      `${minimalNote(overhead)}The rest of a first ` +
       `execution is spread over its steps (storing the result with JSON.stringify, the largest, the memory store, the ` +
       `engine, the resolver's signal): bench/profile-inprocess.md`,
   };
@@ -724,6 +738,10 @@ In-process cost of the middleware (mitata, server-side caller, memory store, \`g
     results.overhead.replay_overhead_us_per_call === undefined
       ? ''
       : `; a replay (the same key every call) ${results.overhead.replay_overhead_us_per_call.toFixed(1)} µs over the baseline`
+  }${
+    results.overhead.minimal_overhead_us_per_call === undefined
+      ? ''
+      : `; the least an idempotency layer does (\`minimalLayer\` in \`bench/lib/inprocess.ts\`: a bounded Map, the same fingerprint, the result stored as JSON, and nothing else) ${results.overhead.minimal_overhead_us_per_call.toFixed(1)} µs over the baseline`
   }.
 
 ## Growth
