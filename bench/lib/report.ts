@@ -497,7 +497,7 @@ function boundsOf(results: Results) {
       `Redis CPU added: ours ${redisAdded('redis-first')} µs, on plain SET commands ${redisAdded('floor-redis-plain-commands')}, node-idempotency ${redisAdded('node-idempotency-first')}, Powertools ${redisAdded('powertools-first')} ` +
       `(the store runs a Lua script per transition, fenced by the claim's token; the peers send plain SETs). ` +
       `The same engine and adapter on plain SET commands (floor-redis-plain-commands, no fence) reached ${ratioOf('floor-redis-plain-commands')}: ` +
-      `what is left between it and the peers is the engine's and the adapter's, what lies between it and ours the fenced scripts'; ` +
+      `what is left between it and the peers is the engine's and the adapter's, what lies between it and ours the fenced scripts' (bench/profile-guarantees.md); ` +
       `the layer's own code ${layer('redis-first')} per request ("Where the CPU goes"). Ratios per round: ours ${rounds('redis-first')}, ` +
       `node-idempotency ${rounds('node-idempotency-first')}, Powertools ${rounds('powertools-first')}, the floor ${rounds('floor-2-redis-round-trips')}, ` +
       `on plain SET commands ${rounds('floor-redis-plain-commands')}`,
