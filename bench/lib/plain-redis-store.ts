@@ -34,11 +34,11 @@ export function plainRedisStore(client: Redis, prefix = 'idem-plain:'): Idempote
     queued = [];
     if (calls.length === 1) {
       const call = calls[0]!;
-      (client.set as (...args: unknown[]) => Promise<unknown>)(...call.args).then(call.resolve, call.reject);
+      client.call('SET', call.args).then(call.resolve, call.reject);
       return;
     }
     const pipeline = client.pipeline();
-    for (const call of calls) (pipeline.set as (...args: unknown[]) => unknown)(...call.args);
+    for (const call of calls) pipeline.call('SET', call.args);
     pipeline.exec().then(
       (replies) => {
         for (let i = 0; i < calls.length; i++) {

@@ -340,15 +340,16 @@ const met = (ok: boolean) => (ok ? 'met' : '**not met**');
 const rowOf = (results: Results, name: string) => results.rows.find((r) => r.name === name);
 const fixedOf = (results: Results, name: string) => results.latency.find((r) => r.name === name);
 
+/** What the in-process reference layer is, where the record names it. */
+const MINIMAL_LAYER =
+  'the least an idempotency layer does in process (`minimalLayer` in `bench/lib/inprocess.ts`: a bounded Map, the same ' +
+  'fingerprint, the result stored as JSON; no claim token, store timeouts, lease, fence or events)';
+
 /** The least an idempotency layer does in process, beside the library, when the run measured it. */
 function minimalNote(overhead: Results['overhead']): string {
   const minimal = overhead.minimal_overhead_us_per_call;
   if (minimal === undefined) return '';
-  return (
-    `The least an idempotency layer does in process (a bounded Map, this fingerprint, the result stored as JSON; no claim ` +
-    `token, store timeouts, lease, fence or events: minimalLayer in bench/lib/inprocess.ts) took ${minimal.toFixed(1)} µs ` +
-    `over the baseline in the same run. `
-  );
+  return `Measured beside it, ${MINIMAL_LAYER} took ${minimal.toFixed(1)} µs over the baseline. `;
 }
 
 /** The no-I/O floor's CPU per request at saturation and at a fixed rate, each beside its baseline's. */
@@ -510,7 +511,7 @@ function boundsOf(results: Results) {
     memoryReplay:
       `The load generator was put on a CPU ${runs('memory-replay')}: answers made without I/O reach it one at a ` +
       `time, and its wake-ups take CPU the server lacks on the shared cores. The no-I/O floor, which has no layer at all, ` +
-      `reached ${(row('floor-no-io-handler')?.ratio ?? Number.NaN).toFixed(2)} (its load generator ${runs('floor-no-io-handler')}). ` +
+      `reached ${ratioOf('floor-no-io-handler')} (its load generator ${runs('floor-no-io-handler')}). ` +
       `The layer's own code ${layer('memory-replay')} per request. At a fixed rate, the next row`,
     memoryReplayFixed: `The no-I/O floor's cost ratio at a fixed rate: ${(fixedOf(results, 'floor-no-io-handler')?.cost_ratio ?? Number.NaN).toFixed(2)}; the layer's own code ${layer('memory-replay')} per request`,
     redisReplayFixed:
@@ -741,7 +742,7 @@ In-process cost of the middleware (mitata, server-side caller, memory store, \`g
   }${
     results.overhead.minimal_overhead_us_per_call === undefined
       ? ''
-      : `; the least an idempotency layer does (\`minimalLayer\` in \`bench/lib/inprocess.ts\`: a bounded Map, the same fingerprint, the result stored as JSON, and nothing else) ${results.overhead.minimal_overhead_us_per_call.toFixed(1)} µs over the baseline`
+      : `; ${MINIMAL_LAYER} ${results.overhead.minimal_overhead_us_per_call.toFixed(1)} µs over the baseline`
   }.
 
 ## Growth
