@@ -19,7 +19,7 @@ export {
   storeFailure,
 } from './core/errors.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
-export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from './core/fingerprint.js';
+export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH, MAX_FINGERPRINT_SHARED } from './core/fingerprint.js';
 export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
 export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';

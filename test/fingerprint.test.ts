@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../src/core.js';
+import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH, MAX_FINGERPRINT_SHARED } from '../src/core.js';
 import { IdempotencyError } from '../src/index.js';
 
 describe('fingerprint', () => {
@@ -115,6 +115,56 @@ describe('fingerprint', () => {
   it('refuses functions and symbols', () => {
     expect(() => canonicalize({ f: () => 1 })).toThrow(/contains a function/);
     expect(() => canonicalize([Symbol('s')])).toThrow(/contains a symbol/);
+  });
+});
+
+/** An object shared by both fields of the level above, `depth` times: 2^depth paths to the leaf, as superjson's referentialEqualities rebuild. */
+function sharedTwice(depth: number): unknown {
+  let node: unknown = { leaf: 'x'.repeat(8) };
+  for (let i = 0; i < depth; i++) node = { left: node, right: node };
+  return node;
+}
+
+describe('fingerprint of shared references and nested Sets', () => {
+  it('an object shared by every level (2^64 paths) is refused with input_unsupported, not walked path by path', () => {
+    // Walked path by path, this would not finish: the refusal comes after each object is encoded once.
+    for (const depth of [24, 64, 400]) {
+      expect(() => fingerprint('op', { data: sharedTwice(depth) })).toThrow(
+        new RegExp(`shared references.*more than ${MAX_FINGERPRINT_SHARED} characters`),
+      );
+      expect(() => fingerprint('op', { data: sharedTwice(depth) })).toThrow(IdempotencyError);
+    }
+  });
+
+  it('sharing never changes a fingerprint: a shared object fingerprints as its copies do', () => {
+    const dag = { data: sharedTwice(12) };
+    const tree: unknown = JSON.parse(JSON.stringify(dag));
+    expect(fingerprint('op', dag)).toBe(fingerprint('op', tree));
+    const customer = { id: 'cus_1', address: { city: 'Paris', lines: ['1 rue de la Paix', 'x'.repeat(300)] } };
+    const orders = Array.from({ length: 50 }, (_, i) => ({ i, customer }));
+    expect(fingerprint('op', orders)).toBe(fingerprint('op', JSON.parse(JSON.stringify(orders))));
+    const changed = JSON.parse(JSON.stringify(orders)) as typeof orders;
+    changed[49]!.customer.address.city = 'Lyon';
+    expect(fingerprint('op', changed)).not.toBe(fingerprint('op', orders));
+  });
+
+  it('nested Sets and Maps sort and join digests of large items: each level is a bounded text, however deep', () => {
+    const nest = (depth: number, innermost: string) => {
+      let value: unknown = innermost;
+      for (let i = 0; i < depth; i++) {
+        value = i % 2 === 0 ? new Set([value, `level ${i} ${'y'.repeat(100)}`]) : new Map([[`k${i}`, value]]);
+      }
+      return value;
+    };
+    const deep = nest(500, 'z'.repeat(10_000));
+    expect(canonicalize(deep).length).toBeLessThan(200);
+    expect(fingerprint('op', nest(500, 'z'.repeat(10_000)))).toBe(fingerprint('op', deep));
+    expect(fingerprint('op', nest(500, `${'z'.repeat(9_999)}!`))).not.toBe(fingerprint('op', deep));
+    // small items are sorted as they are, so a Set's fingerprint does not depend on its order
+    expect(canonicalize(new Set([3, 1, 2]))).toBe('S[d1,d2,d3]');
+    const big = (n: number) => ({ n, pad: 'p'.repeat(100) });
+    expect(canonicalize(new Set([big(1), big(2)]))).toBe(canonicalize(new Set([big(2), big(1)])));
+    expect(canonicalize(new Set([big(1), big(2)]))).not.toBe(canonicalize(new Set([big(1), big(3)])));
   });
 });
 

@@ -5,54 +5,223 @@ import { IdempotencyError } from './errors.js';
 export const MAX_FINGERPRINT_DEPTH = 512;
 
 /**
+ * The most characters that references to an object already encoded elsewhere
+ * in the input may add to its canonical form. A transformer such as superjson
+ * rebuilds one object under several keys (its `referentialEqualities`), and
+ * such an input written out in full can be exponentially larger than its body:
+ * past this bound it is refused with `input_unsupported`.
+ */
+export const MAX_FINGERPRINT_SHARED = 1_048_576;
+
+/**
+ * A Set's item or a Map's entry whose encoding is longer than this is sorted
+ * and joined as its digest: each level of nested Sets then copies and hashes
+ * a bounded text, not the whole encoding of what is below it.
+ */
+const MAX_ENTRY_CHARS = 64;
+
+/**
+ * An object whose fields, with everything below them, took at least this much
+ * work (fields plus string characters) to encode is remembered, by identity,
+ * for the rest of the walk: met again through another reference, its encoding
+ * is reused instead of walking it again. Small objects are not, as the first
+ * Map write for an object costs it an identity hash, which costs more than
+ * walking it.
+ */
+const MEMO_WORK = 256;
+
+/**
  * A canonical, type-tagged encoding of `value`: object keys sorted, fields
  * named in `exclude` dropped at any depth, and values JSON cannot represent
  * (Date, BigInt, Map, Set, undefined, binary) given distinct, stable forms,
- * so `{ a: 1n }` and `{ a: "1" }` never collide.
+ * so `{ a: 1n }` and `{ a: "1" }` never collide. An object reached through
+ * several references is encoded as the value it is, once per reference, so
+ * sharing never changes the encoding.
  *
  * Written by hand rather than with a stable-stringify package: none of them
- * handles Map, Set and BigInt, strips fields and bounds depth in one pass,
- * and this runs on every protected call.
+ * handles Map, Set and BigInt, strips fields, bounds depth and shared
+ * references in one pass, and this runs on every protected call.
  */
 export function canonicalize(value: unknown, exclude?: ReadonlySet<string>): string {
-  return encode(value, exclude !== undefined && exclude.size > 0 ? exclude : undefined, []);
+  return new Walk(exclude !== undefined && exclude.size > 0 ? exclude : undefined).encode(value);
 }
 
 // crypto.hash (Node >= 20.12) hashes in one call, without a Hash object; a
 // namespace import, since a named one would fail to link on older Node 20.
 const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash;
 
-/**
- * SHA-256 (base64url) of the operation name and the canonical input, the
- * value compared when a key is reused.
- */
-export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<string>): string {
-  const text = `${name}\n${canonicalize(input, exclude)}`;
+function sha256(text: string): string {
   return oneShot === undefined
     ? crypto.createHash('sha256').update(text).digest('base64url')
     : oneShot('sha256', text, 'base64url');
 }
 
-function encode(value: unknown, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
-  switch (typeof value) {
-    case 'string':
-      return quote(value);
-    case 'number':
-      return `d${value}`;
-    case 'boolean':
-      return value ? 't' : 'f';
-    case 'undefined':
-      return 'u';
-    case 'bigint':
-      return `i${value}`;
-    case 'object':
-      return value === null ? 'n' : encodeObject(value, exclude, ancestors);
-    default:
+/**
+ * SHA-256 (base64url) of the operation name and the canonical input, the
+ * value compared when a key is reused.
+ */
+export function fingerprint(name: string, input: unknown, exclude?: ReadonlySet<string>): string {
+  return sha256(`${name}\n${canonicalize(input, exclude)}`);
+}
+
+/**
+ * One encoding: the work it did so far, the objects it is inside of, and the
+ * encodings of large objects it finished (see MEMO_WORK).
+ */
+class Walk {
+  work = 0;
+  /** Characters that references to remembered objects added. */
+  shared = 0;
+  readonly ancestors: object[] = [];
+  readonly memo = new Map<object, string>();
+
+  constructor(readonly exclude: ReadonlySet<string> | undefined) {}
+
+  encode(value: unknown): string {
+    switch (typeof value) {
+      case 'string':
+        this.work += value.length;
+        return quote(value);
+      case 'number':
+        return `d${value}`;
+      case 'boolean':
+        return value ? 't' : 'f';
+      case 'undefined':
+        return 'u';
+      case 'bigint':
+        return `i${value}`;
+      case 'object':
+        return value === null ? 'n' : this.object(value);
+      default:
+        throw new IdempotencyError(
+          'input_unsupported',
+          `The input contains a ${typeof value}, which cannot be fingerprinted. Send plain data (objects, arrays, strings, numbers).`,
+        );
+    }
+  }
+
+  object(value: object): string {
+    const { ancestors, memo } = this;
+    // A get does not give an object an identity hash (only the set below does), and most walks remember nothing.
+    const known = memo.size === 0 ? undefined : memo.get(value);
+    if (known !== undefined) {
+      this.shared += known.length;
+      if (this.shared > MAX_FINGERPRINT_SHARED) throw tooShared();
+      return known;
+    }
+    if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
+      // A cycle recurses until here too: it is told apart only now, at no cost before.
+      if (ancestors.includes(value)) {
+        throw new IdempotencyError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
+      }
       throw new IdempotencyError(
         'input_unsupported',
-        `The input contains a ${typeof value}, which cannot be fingerprinted. Send plain data (objects, arrays, strings, numbers).`,
+        `The input is nested more than ${MAX_FINGERPRINT_DEPTH} levels deep and cannot be fingerprinted. Flatten the payload.`,
       );
+    }
+    const before = ++this.work;
+    ancestors.push(value);
+    const out = this.kind(value);
+    ancestors.pop();
+    if (this.work - before >= MEMO_WORK) memo.set(value, out);
+    return out;
   }
+
+  /** The encoding of an object by its kind (its fields below this one's depth). */
+  kind(value: object): string {
+    // A plain object, the usual input: none of the checks below for other kinds can match it.
+    const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
+    if (
+      (proto === Object.prototype || proto === null) &&
+      !Array.isArray(value) &&
+      typeof (value as { toJSON?: unknown }).toJSON !== 'function'
+    ) {
+      return this.fields(value, '{');
+    }
+    if (Array.isArray(value)) {
+      let out = '[';
+      for (let i = 0; i < value.length; i++) {
+        if (i > 0) out += ',';
+        out += this.encode(value[i]);
+      }
+      return `${out}]`;
+    }
+    if (value instanceof Date) {
+      const time = value.getTime();
+      return Number.isNaN(time) ? 'DNaN' : `D${time}`;
+    }
+    if (ArrayBuffer.isView(value)) {
+      this.work += value.byteLength;
+      return `B${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64')}`;
+    }
+    if (value instanceof ArrayBuffer) {
+      this.work += value.byteLength;
+      return `B${Buffer.from(value).toString('base64')}`;
+    }
+    const { exclude } = this;
+    if (value instanceof Map) {
+      const entries: string[] = [];
+      for (const [k, v] of value) {
+        if (exclude !== undefined && typeof k === 'string' && exclude.has(k)) continue;
+        entries.push(entry(`${this.encode(k)}=>${this.encode(v)}`));
+      }
+      return `M{${entries.sort().join(',')}}`;
+    }
+    if (value instanceof Set) {
+      const items: string[] = [];
+      for (const item of value) items.push(entry(this.encode(item)));
+      return `S[${items.sort().join(',')}]`;
+    }
+    if (value instanceof RegExp) return `R${JSON.stringify(String(value))}`;
+    if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+      // Decimal, URL and similar value objects describe themselves.
+      return `J${this.encode((value as { toJSON(): unknown }).toJSON())}`;
+    }
+    if (typeof FormData !== 'undefined' && value instanceof FormData) {
+      const entries: string[] = [];
+      for (const [k, v] of value) {
+        if (exclude?.has(k)) continue;
+        if (typeof v !== 'string') throw unsupported('a file inside FormData');
+        this.work += k.length + v.length;
+        entries.push(entry(`${JSON.stringify(k)}=${JSON.stringify(v)}`));
+      }
+      return `F[${entries.sort().join(',')}]`;
+    }
+    // A class instance: its own fields are its data, unless it has none
+    // (Blob, File, a stream): then two different ones would look alike.
+    const kind = proto?.constructor?.name || 'object';
+    if (Object.keys(value).length === 0) throw unsupported(`a ${kind} (it has no fields to compare)`);
+    return this.fields(value, `C${JSON.stringify(kind)}{`);
+  }
+
+  /** `open`, then the object's fields in key order, then `}`. */
+  fields(value: object, open: string): string {
+    const { exclude } = this;
+    // Own enumerable keys only, read and never assigned: a key named
+    // `__proto__` is data here, not a prototype.
+    const keys = Object.keys(value).sort();
+    this.work += keys.length;
+    let out = open;
+    let first = true;
+    for (const k of keys) {
+      if (exclude?.has(k)) continue;
+      const v = (value as Record<string, unknown>)[k];
+      // An undefined property is absent, as it is on the JSON wire.
+      if (v === undefined) continue;
+      if (!first) out += ',';
+      first = false;
+      out += `${quote(k)}:${this.encode(v)}`;
+    }
+    return `${out}}`;
+  }
+}
+
+/**
+ * A Set item or Map entry as it is sorted: its encoding when short, else `#`
+ * and its digest (no encoding starts with `#`, and a digest has a fixed length).
+ */
+function entry(encoded: string): string {
+  return encoded.length <= MAX_ENTRY_CHARS ? encoded : `#${sha256(encoded)}`;
 }
 
 /**
@@ -76,102 +245,11 @@ function unsupported(what: string): IdempotencyError {
   );
 }
 
-function encodeObject(value: object, exclude: ReadonlySet<string> | undefined, ancestors: object[]): string {
-  if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
-    throw new IdempotencyError(
-      'input_unsupported',
-      `The input is nested more than ${MAX_FINGERPRINT_DEPTH} levels deep and cannot be fingerprinted. Flatten the payload.`,
-    );
-  }
-  if (ancestors.includes(value)) {
-    throw new IdempotencyError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
-  }
-  // A plain object, the usual input: none of the checks below for other kinds can match it.
-  const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
-  if (
-    (proto === Object.prototype || proto === null) &&
-    !Array.isArray(value) &&
-    !ArrayBuffer.isView(value) &&
-    typeof (value as { toJSON?: unknown }).toJSON !== 'function'
-  ) {
-    ancestors.push(value);
-    const out = encodeFields(value, '{', exclude, ancestors);
-    ancestors.pop();
-    return out;
-  }
-  if (value instanceof Date) {
-    const time = value.getTime();
-    return Number.isNaN(time) ? 'DNaN' : `D${time}`;
-  }
-  if (ArrayBuffer.isView(value)) {
-    return `B${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64')}`;
-  }
-  if (value instanceof ArrayBuffer) {
-    return `B${Buffer.from(value).toString('base64')}`;
-  }
-  ancestors.push(value);
-  let out: string;
-  if (Array.isArray(value)) {
-    out = '[';
-    for (let i = 0; i < value.length; i++) {
-      if (i > 0) out += ',';
-      out += encode(value[i], exclude, ancestors);
-    }
-    out += ']';
-  } else if (value instanceof Map) {
-    const entries: string[] = [];
-    for (const [k, v] of value) {
-      if (exclude !== undefined && typeof k === 'string' && exclude.has(k)) continue;
-      entries.push(`${encode(k, exclude, ancestors)}=>${encode(v, exclude, ancestors)}`);
-    }
-    out = `M{${entries.sort().join(',')}}`;
-  } else if (value instanceof Set) {
-    const items: string[] = [];
-    for (const item of value) items.push(encode(item, exclude, ancestors));
-    out = `S[${items.sort().join(',')}]`;
-  } else if (value instanceof RegExp) {
-    out = `R${JSON.stringify(String(value))}`;
-  } else if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
-    // Decimal, URL and similar value objects describe themselves.
-    out = `J${encode((value as { toJSON(): unknown }).toJSON(), exclude, ancestors)}`;
-  } else if (typeof FormData !== 'undefined' && value instanceof FormData) {
-    const entries: string[] = [];
-    for (const [k, v] of value) {
-      if (exclude?.has(k)) continue;
-      if (typeof v !== 'string') throw unsupported('a file inside FormData');
-      entries.push(`${JSON.stringify(k)}=${JSON.stringify(v)}`);
-    }
-    out = `F[${entries.sort().join(',')}]`;
-  } else {
-    let open = '{';
-    if (proto !== Object.prototype && proto !== null) {
-      // A class instance: its own fields are its data, unless it has none
-      // (Blob, File, a stream): then two different ones would look alike.
-      const kind = proto.constructor?.name || 'object';
-      if (Object.keys(value).length === 0) throw unsupported(`a ${kind} (it has no fields to compare)`);
-      open = `C${JSON.stringify(kind)}{`;
-    }
-    out = encodeFields(value, open, exclude, ancestors);
-  }
-  ancestors.pop();
-  return out;
-}
-
-/** `open`, then the object's fields in key order, then `}`. */
-function encodeFields(value: object, open: string, exclude: ReadonlySet<string> | undefined, ancestors: object[]) {
-  // Own enumerable keys only, read and never assigned: a key named
-  // `__proto__` is data here, not a prototype.
-  const keys = Object.keys(value).sort();
-  let out = open;
-  let first = true;
-  for (const k of keys) {
-    if (exclude?.has(k)) continue;
-    const v = (value as Record<string, unknown>)[k];
-    // An undefined property is absent, as it is on the JSON wire.
-    if (v === undefined) continue;
-    if (!first) out += ',';
-    first = false;
-    out += `${quote(k)}:${encode(v, exclude, ancestors)}`;
-  }
-  return `${out}}`;
+function tooShared(): IdempotencyError {
+  return new IdempotencyError(
+    'input_unsupported',
+    `The input refers to the same objects from so many places (shared references, as superjson rebuilds them) that, written out, ` +
+      `they would add more than ${MAX_FINGERPRINT_SHARED} characters to it, so it cannot be fingerprinted. ` +
+      'Send each value once, or accept a schema that copies them (a zod object rather than z.unknown()).',
+  );
 }
