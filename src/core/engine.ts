@@ -13,7 +13,7 @@ import {
 import { describeError, hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { fingerprint } from './fingerprint.js';
 import { type Answer, guardStore } from './guarded-store.js';
-import { nameOfRecordId, recordId } from './key.js';
+import { boundedRecordId, nameOfRecordId } from './key.js';
 import { markerError, markerOf } from './outcome.js';
 import { type IdempotencyPolicyOptions, type ResolvedPolicy, resolvePolicy, timerMs } from './policy.js';
 import { runClaimed } from './run-claimed.js';
@@ -175,7 +175,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
   async function execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>> {
     const policy = input.policy ?? defaults;
     const { name } = input;
-    const id = recordId(input.scope, name, input.key);
+    const id = boundedRecordId(input.scope, name, input.key);
     const call: Call = {
       id,
       fp: fingerprint(name, input.payload, policy.exclude),

@@ -65,26 +65,72 @@ function invalid(message: string): IdempotencyError {
 
 // Escaping keeps the parts of a record id unambiguous: a scope `a:b` and a
 // path `c` can never produce the same id as a scope `a` and a path `b:c`.
-// Braces are escaped too so the Redis store can wrap the id in a hash tag.
-const needsEscape = /[%:{}]/;
+// Braces are escaped so the Redis store can wrap the id in a hash tag; NUL,
+// which a PostgreSQL text column cannot hold; and lone surrogates (as %uD800),
+// since stores and SHA-256 encode ids as UTF-8, which turns every one of
+// them into U+FFFD, so `team-\uD800` and `team-\uFFFD` would share a record.
+const needsEscape = /[%:{}\0]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const toEscape = new RegExp(needsEscape.source, 'g');
 function escapePart(part: string): string {
   return needsEscape.test(part)
-    ? part.replace(/[%:{}]/g, (ch) => `%${ch.charCodeAt(0).toString(16).toUpperCase()}`)
+    ? part.replace(toEscape, (ch) => {
+        const code = ch.charCodeAt(0);
+        return code > 0xff
+          ? `%u${code.toString(16).toUpperCase()}`
+          : `%${code.toString(16).toUpperCase().padStart(2, '0')}`;
+      })
     : part;
 }
 
 /**
  * The identity of a record: scope, operation name (the procedure path) and
- * client key. Stores add their own prefix and layout around it.
+ * client key. Stores add their own prefix and layout around it. Distinct
+ * triples always give distinct ids (`undefined`, no scope, is not `''`), and
+ * an id is well-formed Unicode without NUL, so every store keeps it as it is.
  */
 export function recordId(scope: string | undefined, name: string, key: string): string {
-  return `${scope === undefined ? '' : escapePart(scope)}:${escapePart(name)}:${escapePart(key)}`;
+  // No escaped part ends in a bare '%': it stands for the empty scope.
+  const scopePart = scope === undefined ? '' : scope === '' ? '%' : escapePart(scope);
+  return `${scopePart}:${escapePart(name)}:${escapePart(key)}`;
+}
+
+/**
+ * The longest record id, in UTF-8 bytes: a PostgreSQL btree index entry holds
+ * at most about 2,700, and an id is the store's primary key.
+ */
+export const MAX_RECORD_ID_BYTES = 2_048;
+
+/**
+ * {@link recordId}, refused with `input_unsupported` when it is too long for
+ * every store to keep it as its primary key (a scope that is not an id).
+ */
+export function boundedRecordId(scope: string | undefined, name: string, key: string): string {
+  const id = recordId(scope, name, key);
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: count them only when the length cannot decide.
+  if (id.length * 3 > MAX_RECORD_ID_BYTES) {
+    const bytes = Buffer.byteLength(id);
+    if (bytes > MAX_RECORD_ID_BYTES) {
+      throw new IdempotencyError(
+        'input_unsupported',
+        `The record's identity (scope, operation name and key, escaped) takes ${bytes} bytes, more than the ${MAX_RECORD_ID_BYTES} a store keeps as a key. ` +
+          'Use a shorter scope (a user or tenant id, not a token or an object) or a shorter key.',
+      );
+    }
+  }
+  return id;
+}
+
+/** The scope part of a record id, as escaped (`''` for no scope): what the memory store shares room by. */
+export function scopeOfRecordId(id: string): string {
+  return id.slice(0, id.indexOf(':'));
 }
 
 /** The operation name inside a record id (for events about a record known only by its id). */
 export function nameOfRecordId(id: string): string {
   const name = id.split(':')[1] ?? '';
   return name.includes('%')
-    ? name.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+    ? name.replace(/%u([0-9A-F]{4})|%([0-9A-F]{2})/g, (_, wide: string | undefined, hex: string | undefined) =>
+        String.fromCharCode(Number.parseInt(wide ?? hex!, 16)),
+      )
     : name;
 }

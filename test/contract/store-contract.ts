@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
-import type { ClaimInput, ClaimResult, SaveStepInput } from '../../src/core.js';
+import { type ClaimInput, type ClaimResult, deriveStepKey, recordId, type SaveStepInput } from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
@@ -578,6 +579,98 @@ export function describeStoreContract(
         expect(store.onSettled).toBeUndefined();
       });
     }
+
+    describe('record identity', () => {
+      /** A unique operation name for this run, so that records of earlier runs (or other stores on one table) never meet. */
+      const run = () => `identity.${randomUUID().slice(0, 8)}.`;
+
+      it('scopes that differ only in lone surrogates, or hold NUL, are records of their own (never replayed to one another)', async () => {
+        const { store } = await create();
+        const name = `${run()}pay`;
+        const scopes = [
+          'team-\uD800',
+          'team-\uDBFF',
+          'team-\uFFFD',
+          'team-\uDC00',
+          'team-\u0000',
+          'team-',
+          '',
+          undefined,
+        ];
+        const ids = scopes.map((scope) => recordId(scope, name, 'k1'));
+        expect(new Set(ids).size).toBe(scopes.length);
+        for (const [i, rec] of ids.entries()) {
+          expect(await claim(store, { id: rec, fingerprint: `fp${i}`, token: `t${i}`, lockTtl: 10_000 })).toEqual({
+            state: 'acquired',
+          });
+          const done = { id: rec, fingerprint: `fp${i}`, token: `t${i}`, state: 'completed' as const, ttl: 60_000 };
+          expect(await store.complete({ ...done, body: `body of ${i}` })).toBe('stored');
+        }
+        for (const [i, rec] of ids.entries()) {
+          expect(await claim(store, { id: rec, fingerprint: `fp${i}`, token: 'again', lockTtl: LOCK })).toEqual({
+            state: 'completed',
+            fingerprint: `fp${i}`,
+            body: `body of ${i}`,
+          });
+        }
+        expect(new Set(ids.map((rec) => deriveStepKey(rec, 'charge'))).size).toBe(scopes.length);
+      });
+
+      it('property: distinct (scope, name, key) triples of any Unicode never share a record or a step key', async () => {
+        const { store } = await create();
+        const unit = fc.oneof(
+          fc.constantFrom(
+            '\uD800',
+            '\uDBFF',
+            '\uDC00',
+            '\uDFFF',
+            '\uFFFD',
+            '\u0000',
+            ':',
+            '%',
+            '{',
+            '}',
+            'u',
+            '3A',
+            '%u',
+          ),
+          fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }),
+        );
+        const part = fc.string({ unit, maxLength: 5 });
+        const triple = fc.record({ scope: fc.option(part, { nil: undefined }), name: part, key: part });
+        const same = (a: typeof triple extends fc.Arbitrary<infer T> ? T : never, b: typeof a) =>
+          a.scope === b.scope && a.name === b.name && a.key === b.key;
+        await fc.assert(
+          fc.asyncProperty(
+            fc.tuple(triple, triple).filter(([a, b]) => !same(a, b)),
+            async ([a, b]) => {
+              // Both names get the same prefix: the triples stay distinct, and this run's records are its own.
+              const prefix = run();
+              const first = recordId(a.scope, prefix + a.name, a.key);
+              const second = recordId(b.scope, prefix + b.name, b.key);
+              expect(second).not.toBe(first);
+              expect(deriveStepKey(second, 'charge')).not.toBe(deriveStepKey(first, 'charge'));
+              expect(await claim(store, { id: first, fingerprint: 'fa', token: 'a', lockTtl: 10_000 })).toEqual({
+                state: 'acquired',
+              });
+              const done = { id: first, fingerprint: 'fa', token: 'a', state: 'completed' as const, ttl: 10_000 };
+              expect(await store.complete({ ...done, body: 'first' })).toBe('stored');
+              // Another record: taken by its own claim, not replayed from the first nor refused as another payload.
+              expect(await claim(store, { id: second, fingerprint: 'fb', token: 'b', lockTtl: 10_000 })).toEqual({
+                state: 'acquired',
+              });
+              expect(await claim(store, { id: first, fingerprint: 'fa', token: 'c', lockTtl: 10_000 })).toEqual({
+                state: 'completed',
+                fingerprint: 'fa',
+                body: 'first',
+              });
+              expect(await store.release({ id: second, token: 'b' })).toBe(true);
+            },
+          ),
+          { numRuns: 40 },
+        );
+      });
+    });
 
     describe('steps (recovery points)', () => {
       const save = (store: IdempotencyStore, input: Partial<SaveStepInput> & Pick<SaveStepInput, 'id'>) =>
