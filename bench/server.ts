@@ -60,7 +60,7 @@ async function trpcServer(): Promise<Server> {
       const pool = new pg.Pool({ connectionString: process.env.PG_URL, max: 10 });
       store = drizzleStore({ db: drizzle(pool) });
     }
-    procedure = withIdempotency(t.procedure, { store });
+    procedure = withIdempotency(t.procedure, { scope: 'global', store });
   }
 
   if (variant === 'redis-plain') {
@@ -68,7 +68,7 @@ async function trpcServer(): Promise<Server> {
     // what the Redis store would cost without its guarantees (bench/lib/plain-redis-store.ts).
     const { withIdempotency } = (await libModule('index.js')) as typeof import('../dist/index.js');
     const { plainRedisStore } = await import('./lib/plain-redis-store.js');
-    procedure = withIdempotency(t.procedure, { store: plainRedisStore(redis) });
+    procedure = withIdempotency(t.procedure, { scope: 'global', store: plainRedisStore(redis) });
   }
 
   if (variant === 'node-idempotency') {

@@ -74,12 +74,12 @@ describe('options of the wrong type are refused when the builder is created', ()
 
   it('options that are not an object, and a first argument that is not a procedure builder', () => {
     expect(configErrorOf(() => withIdempotency(t.procedure, 'strict' as never)).message).toMatch(
-      /withIdempotency: options must be an object \(or omitted\); got the string "strict"/,
+      /withIdempotency: options must be an object, with at least scope; got the string "strict"/,
     );
     expect(configErrorOf(() => withIdempotency(t.procedure, null as never)).message).toMatch(
-      /options must be an object \(or omitted\); got null/,
+      /options must be an object, with at least scope; got null/,
     );
-    expect(configErrorOf(() => withIdempotency(t.router({}) as never)).message).toMatch(
+    expect(configErrorOf(() => withIdempotency(t.router({}) as never, { scope: 'global' })).message).toMatch(
       /withIdempotency: the first argument must be a tRPC procedure builder, such as t\.procedure/,
     );
   });
@@ -96,10 +96,24 @@ describe('options of the wrong type are refused when the builder is created', ()
         replayedHeader: 'X-Replayed',
       }),
     ).not.toThrow();
-    expect(() => withIdempotency(t.procedure)).not.toThrow();
+    expect(() => withIdempotency(t.procedure, { scope: 'global' })).not.toThrow();
     expect(() =>
-      withIdempotency(t.procedure, { scope: undefined, getKey: undefined, required: undefined, header: undefined }),
+      withIdempotency(t.procedure, { scope: 'global', getKey: undefined, required: undefined, header: undefined }),
     ).not.toThrow();
+  });
+
+  it('scope is required: leaving it out (or the options) is refused, saying what to pass', () => {
+    const expected =
+      /withIdempotency: say whose keys these are\. Pass scope: \(\{ ctx \}\) => ctx\.user\.id .*; or scope: 'global' if every caller may share every key/;
+    // @ts-expect-error scope is required
+    expect(configErrorOf(() => withIdempotency(t.procedure, { store: memoryStore() })).message).toMatch(expected);
+    // @ts-expect-error options are required
+    expect(configErrorOf(() => withIdempotency(t.procedure)).message).toMatch(expected);
+    expect(configErrorOf(() => withIdempotency(t.procedure, { scope: undefined as never })).message).toMatch(expected);
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    // an engine of its own does not scope the keys either
+    // @ts-expect-error scope is required
+    expect(configErrorOf(() => withIdempotency(t.procedure, { engine })).message).toMatch(expected);
   });
 });
 
@@ -108,24 +122,31 @@ describe("the router's data transformer", () => {
   const plain = initTRPC.create();
 
   it('is read from the builder, and a transformer given too must be the same one', () => {
-    expect(() => withIdempotency(withSuperjson.procedure, {})).not.toThrow();
-    expect(() => withIdempotency(withSuperjson.procedure, { transformer: superjson })).not.toThrow();
+    expect(() => withIdempotency(withSuperjson.procedure, { scope: 'global' })).not.toThrow();
+    expect(() => withIdempotency(withSuperjson.procedure, { scope: 'global', transformer: superjson })).not.toThrow();
     expect(() =>
-      withIdempotency(withSuperjson.procedure, { transformer: { input: superjson, output: superjson } }),
+      withIdempotency(withSuperjson.procedure, {
+        scope: 'global',
+        transformer: { input: superjson, output: superjson },
+      }),
     ).not.toThrow();
-    expect(() => withIdempotency(plain.procedure, { transformer: null })).not.toThrow();
+    expect(() => withIdempotency(plain.procedure, { scope: 'global', transformer: null })).not.toThrow();
     const other = { serialize: (v: unknown) => v, deserialize: (v: unknown) => v };
-    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: other })).message).toMatch(
+    expect(
+      configErrorOf(() => withIdempotency(withSuperjson.procedure, { scope: 'global', transformer: other })).message,
+    ).toMatch(
       /withIdempotency: transformer is not the one the router was created with .*Pass the same one, or leave the option out/,
     );
-    expect(configErrorOf(() => withIdempotency(plain.procedure, { transformer: superjson })).message).toMatch(
-      /transformer is not the one the router was created with/,
-    );
-    expect(configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: null })).message).toMatch(
-      /transformer is null, but the router was created with a data transformer/,
-    );
     expect(
-      configErrorOf(() => withIdempotency(withSuperjson.procedure, { transformer: 'superjson' as never })).message,
+      configErrorOf(() => withIdempotency(plain.procedure, { scope: 'global', transformer: superjson })).message,
+    ).toMatch(/transformer is not the one the router was created with/);
+    expect(
+      configErrorOf(() => withIdempotency(withSuperjson.procedure, { scope: 'global', transformer: null })).message,
+    ).toMatch(/transformer is null, but the router was created with a data transformer/);
+    expect(
+      configErrorOf(() =>
+        withIdempotency(withSuperjson.procedure, { scope: 'global', transformer: 'superjson' as never }),
+      ).message,
     ).toMatch(/transformer must be a data transformer, such as superjson .*; got the string "superjson"/);
   });
 
@@ -135,15 +156,15 @@ describe("the router's data transformer", () => {
       get: (target, prop, receiver) =>
         prop === '_def' ? { ...target._def, config: undefined } : Reflect.get(target, prop, receiver),
     });
-    expect(configErrorOf(() => withIdempotency(old, {})).message).toMatch(
+    expect(configErrorOf(() => withIdempotency(old, { scope: 'global' })).message).toMatch(
       /this @trpc\/server \(before 11\.22\) does not tell a procedure builder which data transformer the router uses.*`transformer: superjson`.*`transformer: null`/,
     );
-    expect(() => withIdempotency(old, { transformer: superjson })).not.toThrow();
+    expect(() => withIdempotency(old, { scope: 'global', transformer: superjson })).not.toThrow();
   });
 });
 
 describe('meta of the wrong type is refused when .mutation() builds the procedure', () => {
-  const idem = withIdempotency(t.procedure, { store: memoryStore() });
+  const idem = withIdempotency(t.procedure, { scope: 'global', store: memoryStore() });
 
   it.each([
     ['required: "yes"', { required: 'yes' }, /meta\.idempotency: required must be true or false; got the string "yes"/],
@@ -165,7 +186,7 @@ describe('meta of the wrong type is refused when .mutation() builds the procedur
 
 describe('types catch what they can', () => {
   it('a scope cannot return undefined: null is the explicit "unscoped"', () => {
-    type Scope = NonNullable<WithIdempotencyOptions<Ctx>['scope']>;
+    type Scope = Exclude<WithIdempotencyOptions<Ctx>['scope'], 'global'>;
     expectTypeOf<ReturnType<Scope>>().toEqualTypeOf<string | number | null | Promise<string | number | null>>();
     // @ts-expect-error a route without auth would put every caller in one scope
     withIdempotency(t.procedure, { scope: ({ ctx }) => ctx.user?.id });
@@ -177,10 +198,10 @@ describe('types catch what they can', () => {
     // and what the types refuse is refused at run time too, for JavaScript callers and casts
     expect(() =>
       // @ts-expect-error options of the wrong type
-      withIdempotency(t.procedure, { required: 'yes' }),
+      withIdempotency(t.procedure, { scope: 'global', required: 'yes' }),
     ).toThrow(IdempotencyConfigError);
     expect(() =>
-      withIdempotency(t.procedure)
+      withIdempotency(t.procedure, { scope: 'global' })
         // @ts-expect-error meta of the wrong type
         .meta({ idempotency: { required: 'yes' } })
         .mutation(() => 1),
@@ -220,7 +241,9 @@ function expectPlain500(error: unknown, message: RegExp) {
 describe('what only a request can show is a 500 that says what to change', () => {
   it('a context without request headers', async () => {
     let runs = 0;
-    const router = t.router({ op: withIdempotency(t.procedure, { store: memoryStore() }).mutation(() => ++runs) });
+    const router = t.router({
+      op: withIdempotency(t.procedure, { scope: 'global', store: memoryStore() }).mutation(() => ++runs),
+    });
     const { client, errors } = await serve(router, () => ({})); // forgot to return req
     const error = await rejectionOf(client.op.mutate(undefined, { context: { key: randomUUID() } }));
     const message =
@@ -265,7 +288,7 @@ describe('what only a request can show is a 500 that says what to change', () =>
   it('getKey that returns something other than a string', async () => {
     let runs = 0;
     const router = t.router({
-      op: withIdempotency(t.procedure, { store: memoryStore(), getKey: ({ input }) => input as never })
+      op: withIdempotency(t.procedure, { scope: 'global', store: memoryStore(), getKey: ({ input }) => input as never })
         .input(z.unknown())
         .mutation(() => ++runs),
     });
@@ -313,7 +336,9 @@ describe('what only a request can show is a 500 that says what to change', () =>
 
   it('a WebSocket without getKey, even when the connection carried the key header', async () => {
     let runs = 0;
-    const router = t.router({ op: withIdempotency(t.procedure, { store: memoryStore() }).mutation(() => ++runs) });
+    const router = t.router({
+      op: withIdempotency(t.procedure, { scope: 'global', store: memoryStore() }).mutation(() => ++runs),
+    });
     const errors: TRPCError[] = [];
     const wss = new EventEmitter();
     applyWSSHandler({
@@ -383,11 +408,13 @@ describe('engine and policy options are refused at creation, saying what to chan
     ['a clock that is not a function', { now: 5 }, /now must be a function/],
   ])('%s', (_name, options, message) => {
     expect(configErrorOf(() => createIdempotencyEngine(options as never)).message).toMatch(message);
-    expect(configErrorOf(() => withIdempotency(t.procedure, options as never)).message).toMatch(message);
+    expect(configErrorOf(() => withIdempotency(t.procedure, { scope: 'global', ...options } as never)).message).toMatch(
+      message,
+    );
   });
 
   it('per procedure: the same limits, when .mutation() builds it', () => {
-    const idem = withIdempotency(t.procedure, { storeTimeout: 1_000 });
+    const idem = withIdempotency(t.procedure, { scope: 'global', storeTimeout: 1_000 });
     expect(configErrorOf(() => idem.meta({ idempotency: { lockTtl: 300 } }).mutation(() => 1)).message).toMatch(
       /meta\.idempotency: storeTimeout \(1000 ms\) is more than a third of lockTtl \(300 ms\)/,
     );

@@ -52,7 +52,12 @@ async function chargesFor(key: string) {
 function app(events: IdempotencyEvent[] = []) {
   const store = drizzleStore({ db: pgs.db });
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
-  const idempotentProcedure = withIdempotency(t.procedure, { store, onEvent: (e) => events.push(e), lockTtl: 5_000 });
+  const idempotentProcedure = withIdempotency(t.procedure, {
+    scope: 'global',
+    store,
+    onEvent: (e) => events.push(e),
+    lockTtl: 5_000,
+  });
   const input = z.object({
     key: z.string(),
     amount: z.number(),
@@ -174,7 +179,7 @@ describe('transactional mode', () => {
     );
     const t = initTRPC.meta<IdempotencyMeta>().create();
     expect(() =>
-      withIdempotency(t.procedure, { store: memoryStore() })
+      withIdempotency(t.procedure, { scope: 'global', store: memoryStore() })
         .meta({ idempotency: { transaction: true } })
         .mutation(() => 1),
     ).toThrow(/meta.idempotency: transaction: true needs a store with transactions/);

@@ -12,7 +12,7 @@ import { type IdempotencyMeta, idempotencyErrorFormatter, memoryStore, withIdemp
 const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
 let runs = 0;
 const router = t.router({
-  pay: withIdempotency(t.procedure, { store: memoryStore() })
+  pay: withIdempotency(t.procedure, { scope: 'global', store: memoryStore() })
     .input(z.object({ amount: z.number() }))
     .mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
 });
@@ -90,7 +90,7 @@ describe("a context of the request's headers only (create-t3-app's `createTRPCCo
   const t3 = initTRPC.context<{ headers: Headers }>().create();
   let t3runs = 0;
   const t3router = t3.router({
-    pay: withIdempotency(t3.procedure, { store: memoryStore() })
+    pay: withIdempotency(t3.procedure, { scope: 'global', store: memoryStore() })
       .input(z.object({ amount: z.number() }))
       .mutation(({ input }) => ({ run: ++t3runs, amount: input.amount })),
   });

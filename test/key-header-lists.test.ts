@@ -69,7 +69,11 @@ describe.each([
 ] as const)('a key header holding a list, on the %s adapter', (_adapter, start) => {
   let runs = 0;
   const events: IdempotencyEvent[] = [];
-  const idempotent = withIdempotency(t.procedure, { store: memoryStore(), onEvent: (e) => events.push(e) });
+  const idempotent = withIdempotency(t.procedure, {
+    scope: 'global',
+    store: memoryStore(),
+    onEvent: (e) => events.push(e),
+  });
   const router = t.router({
     pay: idempotent
       .input(z.object({ amount: z.number() }))

@@ -39,7 +39,11 @@ it('serves the idempotency metrics on /metrics in the Prometheus text format', a
   });
 
   const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
-  const idempotent = withIdempotency(t.procedure, { store: memoryStore(), onEvent: openTelemetry({ meterProvider }) });
+  const idempotent = withIdempotency(t.procedure, {
+    scope: 'global',
+    store: memoryStore(),
+    onEvent: openTelemetry({ meterProvider }),
+  });
   const router = t.router({
     pay: idempotent
       .input(z.object({ amount: z.number() }))

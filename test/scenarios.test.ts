@@ -38,6 +38,7 @@ function setup(
   const executions: { amount: number }[] = [];
   let hold: Promise<void> | undefined;
   const idempotentProcedure = withIdempotency(t.procedure, {
+    scope: 'global',
     store,
     lockTtl: LOCK_TTL,
     storeTimeout: options.storeTimeout, // by default lockTtl / 3

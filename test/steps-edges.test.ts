@@ -23,7 +23,7 @@ afterEach(async () => {
 describe('the client after a 500 step_unrecorded', () => {
   it('keeps the key: the step already ran downstream, and only the same key sends it the same stepKey again', async () => {
     const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
-    const idempotent = withIdempotency(t.procedure, { store: memoryStore() });
+    const idempotent = withIdempotency(t.procedure, { scope: 'global', store: memoryStore() });
     const router = t.router({
       pay: idempotent.meta({ idempotency: { maxResponseBytes: 50 } }).mutation(async (opts) => {
         // The charge went through downstream; its answer is too large to record.
@@ -91,7 +91,7 @@ describe('a claim lost before a step could be recorded', () => {
   it('answers 409 in_progress with Retry-After through tRPC, as errors.md says of in_progress', async () => {
     const { clock, store } = storeWithClock();
     const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
-    const idempotent = withIdempotency(t.procedure, { store, lockTtl: 30_000 });
+    const idempotent = withIdempotency(t.procedure, { scope: 'global', store, lockTtl: 30_000 });
     const router = t.router({
       pay: idempotent.mutation(async (opts) => {
         await steps(opts).step('charge', () => {

@@ -62,8 +62,8 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-function idem(options: WithIdempotencyOptions<Ctx> = {}) {
-  return withIdempotency(t.procedure, { store: memoryStore(), ...options });
+function idem(options: Partial<WithIdempotencyOptions<Ctx>> = {}) {
+  return withIdempotency(t.procedure, { scope: 'global', store: memoryStore(), ...options });
 }
 
 describe('fingerprint', () => {
@@ -240,7 +240,7 @@ describe('outcome policy', () => {
     const st = initTRPC.meta<IdempotencyMeta>().create({ transformer: superjson });
     let runs = 0;
     const router = st.router({
-      order: withIdempotency(st.procedure, { store: redisStore({ client: redis, prefix }) })
+      order: withIdempotency(st.procedure, { scope: 'global', store: redisStore({ client: redis, prefix }) })
         .input(z.object({ at: z.date(), cents: z.bigint() }))
         .mutation(({ input }) => ({
           runs: ++runs,
@@ -281,7 +281,7 @@ describe('outcome policy', () => {
 });
 
 describe('keys', () => {
-  function counter(options: WithIdempotencyOptions<Ctx> = {}) {
+  function counter(options: Partial<WithIdempotencyOptions<Ctx>> = {}) {
     let runs = 0;
     const router = t.router({
       op: idem(options)
@@ -602,7 +602,7 @@ describe.each([
     let runs = 0;
     const release = gate();
     const router = t.router({
-      pay: withIdempotency(t.procedure, { store: makeStore(), inFlight: 'wait', waitTimeout: 5_000 })
+      pay: withIdempotency(t.procedure, { scope: 'global', store: makeStore(), inFlight: 'wait', waitTimeout: 5_000 })
         .input(z.object({ amount: z.number() }))
         .mutation(async () => {
           runs++;
@@ -627,12 +627,15 @@ describe.each([
   it("inFlight: 'wait' gives up with 409 after waitTimeout", async () => {
     const release = gate();
     const router = t.router({
-      pay: withIdempotency(t.procedure, { store: makeStore(), inFlight: 'wait', waitTimeout: 300 }).mutation(
-        async () => {
-          await release.opened;
-          return 1;
-        },
-      ),
+      pay: withIdempotency(t.procedure, {
+        scope: 'global',
+        store: makeStore(),
+        inFlight: 'wait',
+        waitTimeout: 300,
+      }).mutation(async () => {
+        await release.opened;
+        return 1;
+      }),
     });
     const client = await serve(router);
     const key = randomUUID();
@@ -648,7 +651,7 @@ describe.each([
     let runs = 0;
     const lockTtl = 300;
     const router = t.router({
-      slow: withIdempotency(t.procedure, { store: makeStore(), lockTtl }).mutation(async () => {
+      slow: withIdempotency(t.procedure, { scope: 'global', store: makeStore(), lockTtl }).mutation(async () => {
         runs++;
         await sleep(lockTtl * 3);
         return 'done';
@@ -731,7 +734,7 @@ describe('contexts and scopes', () => {
     let runs = 0;
     const bare = initTRPC.context<{ req: unknown }>().meta<IdempotencyMeta>().create();
     const router = bare.router({
-      pay: withIdempotency(bare.procedure, { store: memoryStore() }).mutation(() => ({ n: ++runs })),
+      pay: withIdempotency(bare.procedure, { scope: 'global', store: memoryStore() }).mutation(() => ({ n: ++runs })),
     });
     const { createHTTPServer } = await import('@trpc/server/adapters/standalone');
     const server = await listen(createHTTPServer({ router, createContext: ({ req }) => ({ req }) }));
@@ -807,10 +810,12 @@ describe('contexts and scopes', () => {
   it('refuses engine options next to a shared engine, instead of ignoring them', async () => {
     const { createIdempotencyEngine } = await import('../src/index.js');
     const engine = createIdempotencyEngine({ store: memoryStore() });
-    expect(() => withIdempotency(t.procedure, { engine, ttl: 1_000, onEvent: () => {} })).toThrow(
+    expect(() => withIdempotency(t.procedure, { scope: 'global', engine, ttl: 1_000, onEvent: () => {} })).toThrow(
       /onEvent, ttl would be ignored, because an engine is given/,
     );
-    expect(() => withIdempotency(t.procedure, { engine, header: 'X-Key', required: false })).not.toThrow();
+    expect(() =>
+      withIdempotency(t.procedure, { scope: 'global', engine, header: 'X-Key', required: false }),
+    ).not.toThrow();
   });
 });
 

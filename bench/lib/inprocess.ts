@@ -16,7 +16,11 @@ export interface InProcessCtx {
 export const INPUT: PayInput = { amount: 4200, currency: 'eur' };
 
 const t = initTRPC.context<InProcessCtx>().create();
-const idempotent = withIdempotency(t.procedure, { store: memoryStore(), getKey: ({ ctx }) => ctx.key });
+const idempotent = withIdempotency(t.procedure, {
+  scope: 'global',
+  store: memoryStore(),
+  getKey: ({ ctx }) => ctx.key,
+});
 const resolve = ({ input }: { input: PayInput }) => ({
   id: 'pay_1234567',
   amount: input.amount,

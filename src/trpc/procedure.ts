@@ -49,16 +49,20 @@ export interface WithIdempotencyOptions<TContext> extends IdempotencyEngineOptio
   replayedHeader?: string;
   /**
    * Who a key belongs to: the same key sent by two scopes names two
-   * operations. Return the authenticated user or tenant id (a non-empty
-   * string or a number), or `null` for a call that is deliberately unscoped.
-   * `undefined` is not accepted (a `ctx.user?.id` on a route without auth
-   * would put every caller in one scope): the type refuses it, and at run
-   * time it, an empty string or an object is a 500 that says what to return.
-   * Without a scope, anyone who learns a key can read its stored response:
-   * set it whenever responses are private.
-   * @default no scope: keys are global per procedure
+   * operations, and one caller never replays, blocks or learns of another's.
+   * Return the authenticated user or tenant id (a non-empty string or a
+   * number), or `null` for a call that is deliberately unscoped. `undefined`
+   * is not accepted (a `ctx.user?.id` on a route without auth would put every
+   * caller in one scope): the type refuses it, and at run time it, an empty
+   * string or an object is a 500 that says what to return.
+   * `'global'`: every caller shares every key, so anyone who learns a key can
+   * read its stored response; only for procedures without users (a service
+   * called by trusted systems) or whose responses are not private.
+   * Required: an unscoped procedure is a choice made in code.
    */
-  scope?: (opts: { ctx: TContext; path: string }) => string | number | null | Promise<string | number | null>;
+  scope:
+    | ((opts: { ctx: TContext; path: string }) => string | number | null | Promise<string | number | null>)
+    | 'global';
   /**
    * Reads the raw key instead of the request header (websockets, server-side
    * callers, a key inside the input). Return `undefined` for "no key".
@@ -137,10 +141,11 @@ type ContextOf<B> = B extends { mutation(resolver: (opts: infer O) => any): any 
  */
 export function withIdempotency<TBuilder extends AnyBuilder>(
   base: TBuilder,
-  options: WithIdempotencyOptions<ContextOf<TBuilder>> = {},
+  options: WithIdempotencyOptions<ContextOf<TBuilder>>,
 ): TBuilder {
   // initialized config
-  checkOptions(base, options);
+  // JavaScript callers may leave the options out: they learn what scope to pass.
+  checkOptions(base, options === undefined ? {} : options);
   if (options.engine !== undefined) {
     const ignored = ENGINE_OPTIONS.filter((name) => options[name] !== undefined);
     if (ignored.length > 0) {
@@ -154,7 +159,8 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();
   const headerLabel = options.header ?? 'Idempotency-Key';
   const replayedHeader = options.replayedHeader ?? 'Idempotent-Replayed';
-  const { scope, getKey } = options;
+  const { getKey } = options;
+  const scope = options.scope === 'global' ? undefined : options.scope;
   const defaultRequired = options.required ?? true;
   const codec = trpcCodec(routerTransformer(base, options.transformer));
 
@@ -334,13 +340,13 @@ function checkOptions(base: unknown, options: unknown): void {
   }
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new IdempotencyConfigError(
-      `withIdempotency: options must be an object (or omitted); got ${describeValue(options)}.`,
+      `withIdempotency: options must be an object, with at least scope; got ${describeValue(options)}.`,
     );
   }
   const o = options as Record<string, unknown>;
-  if (o.scope !== undefined && typeof o.scope !== 'function') {
+  if (o.scope !== undefined && o.scope !== 'global' && typeof o.scope !== 'function') {
     throw new IdempotencyConfigError(
-      `withIdempotency: scope must be a function that returns whose key it is, such as ({ ctx }) => ctx.user.id; got ${describeValue(o.scope)}.`,
+      `withIdempotency: scope must be a function that returns whose key it is, such as ({ ctx }) => ctx.user.id, or 'global'; got ${describeValue(o.scope)}.`,
     );
   }
   if (o.getKey !== undefined && typeof o.getKey !== 'function') {
@@ -378,6 +384,12 @@ function checkOptions(base: unknown, options: unknown): void {
         `withIdempotency: engine must be an engine made by createIdempotencyEngine(); got ${missing}. Leave it out to let withIdempotency make one.`,
       );
     }
+  }
+  if (o.scope === undefined) {
+    throw new IdempotencyConfigError(
+      "withIdempotency: say whose keys these are. Pass scope: ({ ctx }) => ctx.user.id (your authenticated user or tenant), so that one caller's key never replays another's response; " +
+        "or scope: 'global' if every caller may share every key (a procedure without users, whose responses are not private).",
+    );
   }
 }
 

@@ -47,6 +47,7 @@ async function startDataServer(options: { transformer?: boolean; excludeFields?:
     .create({ errorFormatter: idempotencyErrorFormatter, ...(options.transformer ? { transformer: superjson } : {}) });
   const executions: unknown[] = [];
   const idempotent = withIdempotency(t.procedure, {
+    scope: 'global',
     store: redisStore({ client: redis, prefix: `hi-${randomUUID().slice(0, 8)}:` }),
     excludeFields: options.excludeFields ?? [],
   });

@@ -96,6 +96,7 @@ describe('oversized outputs', () => {
     beforeAll(async () => {
       const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
       const idempotent = withIdempotency(t.procedure, {
+        scope: 'global',
         store: redisStore({ client: redis, prefix: 'big:' }),
         onEvent: (e) => events.push(e),
       });

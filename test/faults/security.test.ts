@@ -74,6 +74,7 @@ async function startAuthServer(options: {
   });
   const executions: { user: string; input: unknown }[] = [];
   const idempotent = withIdempotency(authed, {
+    scope: 'global',
     store: options.store ?? redisStore({ client: redis, prefix: `sec-${randomUUID().slice(0, 8)}:` }),
     ...(options.scoped ? { scope: ({ ctx }: { ctx: { user: string } }) => ctx.user } : {}),
     lockTtl: options.lockTtl ?? 30_000,

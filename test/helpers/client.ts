@@ -40,7 +40,7 @@ export async function startPaymentsServer(store: IdempotencyStore, options: Paym
   const t = initTRPC
     .meta<IdempotencyMeta>()
     .create(options.formatter === false ? {} : { errorFormatter: idempotencyErrorFormatter });
-  const idempotent = withIdempotency(t.procedure, { store, retryAfter: options.retryAfter ?? 1 });
+  const idempotent = withIdempotency(t.procedure, { scope: 'global', store, retryAfter: options.retryAfter ?? 1 });
   const executions: { path: string; input: unknown }[] = [];
   /** Codes `flaky` throws, one per execution, before it succeeds. */
   const failures: TRPCError['code'][] = [];

@@ -135,7 +135,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 
 const t = initTRPC.create();
-const procedure = withIdempotency(t.procedure);
+const procedure = withIdempotency(t.procedure, { scope: 'global' });
 const router = t.router({ pay: procedure.mutation(() => 'paid') });
 const loaded: Record<string, string> = {
   withIdempotency: typeof withIdempotency,

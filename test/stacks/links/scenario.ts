@@ -47,6 +47,7 @@ function buildApp(formatter: Formatter, transformerOption: 'given' | 'left out')
         : ({ shape }) => ({ ...shape, data: { ...shape.data, zodError: null } }),
   });
   const idempotentProcedure = withIdempotency(t.procedure, {
+    scope: 'global',
     store: memoryStore(),
     ...(transformerOption === 'given' ? { transformer: superjson } : {}),
   });

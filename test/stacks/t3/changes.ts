@@ -49,7 +49,7 @@ const idempotentProcedure: Edit = {
  * with the same key gets the stored result of the first call. memoryStore() holds the keys in
  * this process; use the Redis or PostgreSQL store when the app runs on more than one.
  */
-export const idempotentProcedure = withIdempotency(publicProcedure, {
+export const idempotentProcedure = withIdempotency(publicProcedure, { scope: 'global',
   store: memoryStore(),
   transformer: superjson,
 });

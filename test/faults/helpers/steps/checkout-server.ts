@@ -117,6 +117,7 @@ const t = initTRPC
   .meta<IdempotencyMeta>()
   .create({ errorFormatter: idempotencyErrorFormatter });
 const idempotent = withIdempotency(t.procedure, {
+  scope: 'global',
   store,
   lockTtl: Number(env('LOCK_TTL')),
   storeTimeout: Number(env('STORE_TIMEOUT')),
