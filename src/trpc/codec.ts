@@ -1,6 +1,7 @@
 import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, TRPCError } from '@trpc/server';
 import { getHTTPStatusCodeFromError } from '@trpc/server/http';
 import type { OutcomeCodec } from '../core/codec.js';
+import { deserializeFaithfully, serializeFaithfully } from '../core/faithful-json.js';
 
 /**
  * 4xx statuses that release the key instead of being stored: they describe
@@ -11,36 +12,96 @@ export const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([408, 409, 
 interface StoredError {
   code: TRPCError['code'];
   message: string;
+  /** The error's cause: its name, message and own enumerable fields (serialized as results are). */
+  cause?: { name: string; message: string; fields?: string };
 }
 
 /**
- * Stores results through the router's data transformer, so a replay is what
- * the first call returned (with superjson: the same Date, BigInt or Map).
- * A `TRPCError` with a 4xx status is stored and replayed as the same error;
- * any other failure releases the key.
+ * Stores results so that a replay is what the first call returned: through
+ * the router's data transformer when it has one (with superjson: the same
+ * Date, BigInt or Map), else as JSON that gives back Dates, Maps, Sets,
+ * BigInts and undefined as they were (see faithful-json.ts). A `TRPCError`
+ * with a 4xx status is stored and replayed as the same error, with the name,
+ * message and fields of its cause; any other failure releases the key.
  */
 export function trpcCodec(transformer: TRPCCombinedDataTransformer | undefined): OutcomeCodec<unknown> {
-  const output = transformer?.output;
+  const output = transformer === undefined || isIdentity(transformer) ? undefined : transformer.output;
+  const serialize =
+    output === undefined
+      ? serializeFaithfully
+      : (value: unknown) => {
+          const wire = output.serialize(value);
+          return wire === undefined ? '' : JSON.stringify(wire);
+        };
+  const deserialize =
+    output === undefined
+      ? deserializeFaithfully
+      : (body: string) => (body === '' ? undefined : output.deserialize(JSON.parse(body)));
   return {
-    serialize(value) {
-      const wire = output === undefined ? value : output.serialize(value);
-      return wire === undefined ? '' : JSON.stringify(wire);
-    },
-    deserialize(body) {
-      if (body === '') return undefined;
-      const wire: unknown = JSON.parse(body);
-      return output === undefined ? wire : output.deserialize(wire);
-    },
+    serialize,
+    deserialize,
     serializeError(error) {
       const trpcError = getTRPCErrorFromUnknown(error);
       const status = getHTTPStatusCodeFromError(trpcError);
       if (status < 400 || status >= 500 || RELEASED_CLIENT_STATUSES.has(status)) return undefined;
       const stored: StoredError = { code: trpcError.code, message: trpcError.message };
+      const { cause } = trpcError;
+      if (cause instanceof Error) {
+        stored.cause = { name: cause.name, message: cause.message };
+        const fields = fieldsOf(cause);
+        if (fields !== undefined) {
+          try {
+            stored.cause.fields = serialize(fields);
+          } catch {
+            // Fields with no stored form: the cause keeps its name and message.
+          }
+        }
+      }
       return JSON.stringify(stored);
     },
     deserializeError(body) {
       const stored = JSON.parse(body) as StoredError;
-      return new TRPCError({ code: stored.code, message: stored.message });
+      const cause = stored.cause === undefined ? undefined : rebuildCause(stored.cause, deserialize);
+      return new TRPCError({ code: stored.code, message: stored.message, ...(cause === undefined ? {} : { cause }) });
     },
   };
+}
+
+/** The own enumerable fields of an error (a `reasonCode`, a `declineCode`...), or undefined if it has none. */
+function fieldsOf(error: Error): Record<string, unknown> | undefined {
+  const keys = Object.keys(error).filter((key) => key !== 'stack' && key !== 'message' && key !== 'name');
+  if (keys.length === 0) return undefined;
+  const fields: Record<string, unknown> = {};
+  for (const key of keys) {
+    Object.defineProperty(fields, key, {
+      value: (error as unknown as Record<string, unknown>)[key],
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return fields;
+}
+
+/** An `Error` with the stored name, message and fields: not the original class, nor its stack. */
+function rebuildCause(stored: NonNullable<StoredError['cause']>, deserialize: (body: string) => unknown): Error {
+  const cause = new Error(stored.message);
+  Object.defineProperty(cause, 'name', { value: stored.name, writable: true, configurable: true, enumerable: false });
+  if (stored.fields !== undefined) {
+    const fields = deserialize(stored.fields) as Record<string, unknown>;
+    for (const key of Object.keys(fields)) {
+      Object.defineProperty(cause, key, { value: fields[key], writable: true, configurable: true, enumerable: true });
+    }
+  }
+  return cause;
+}
+
+/** tRPC's default transformer passes values through untouched. */
+export function isIdentity(transformer: TRPCCombinedDataTransformer): boolean {
+  const probe = { probe: 1 };
+  try {
+    return transformer.output.serialize(probe) === probe;
+  } catch {
+    return false;
+  }
 }

@@ -7,9 +7,10 @@ import type { IdempotencyPolicyOptions, ResolvedPolicy } from '../core/policy.js
 import { signalGetter } from '../core/signal-getter.js';
 import type { IdempotencySteps } from '../core/steps.js';
 import { createIdempotencyEngine } from '../engine.js';
-import { trpcCodec } from './codec.js';
+import { isIdentity, trpcCodec } from './codec.js';
 import { toTRPCError } from './errors.js';
 import { batchOf, hasRequestHeaders, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
+import { outputParsersOf, parsedOutput } from './output.js';
 
 /** Per-procedure options, set with `.meta({ idempotency: { ... } })`. */
 export interface IdempotencyProcedureOptions extends IdempotencyPolicyOptions {
@@ -116,7 +117,7 @@ const ENGINE_OPTIONS = [
  * would tie these declarations to one version.
  */
 interface AnyBuilder {
-  _def: { procedure?: boolean; meta?: unknown };
+  _def: { procedure?: boolean; meta?: unknown; middlewares?: unknown };
   mutation(resolver: (opts: any) => any): any;
 }
 /** The context a resolver of `B` gets, after its middlewares. */
@@ -171,12 +172,17 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
    * step on the hot path (tRPC copies the call's options twice per level).
    * The resolver gets the claim's `signal`, which a middleware cannot replace.
    */
-  function createResolver(resolver: (opts: any) => unknown, path: string, policy: ResolvedPolicy, required: boolean) {
+  function createResolver(
+    resolver: (opts: any) => unknown,
+    policy: ResolvedPolicy,
+    required: boolean,
+    outputs: ReturnType<typeof outputParsersOf>,
+  ) {
     return async function idempotentResolver(opts: any) {
       const { ctx, batchIndex, input, signal } = opts;
       // Outside a protected call, a nested procedure must not see the caller's claim.
       if (opts.type !== 'mutation') return idempotentCall.exit(() => resolver(opts));
-      const procedurePath: string = opts.path ?? path;
+      const procedurePath: string = opts.path ?? '';
 
       let raw: unknown;
       if (getKey !== undefined) {
@@ -241,6 +247,21 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
         scopeValue = checkScope(given, procedurePath);
       }
 
+      // Set by `.output()` parsing when the value cannot be replayed as it was answered.
+      let unreplayable: { value: unknown } | undefined;
+      const callCodec =
+        outputs.length === 0
+          ? codec
+          : {
+              ...codec,
+              serialize(value: unknown) {
+                if (unreplayable !== undefined && Object.is(value, unreplayable.value)) {
+                  throw new TypeError('No stored form of this result passes the procedure’s output parser again.');
+                }
+                return codec.serialize(value);
+              },
+            };
+
       let result: ExecuteResult<unknown>;
       try {
         result = await engine.execute({
@@ -249,7 +270,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
           scope: scopeValue,
           payload: input,
           policy,
-          codec,
+          codec: callCodec,
           signal,
           run: (call) => {
             // What a middleware would have seen: tRPC's error for what the resolver threw. Not an async
@@ -260,9 +281,16 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             } catch (error) {
               return Promise.reject(getTRPCErrorFromUnknown(error));
             }
-            return isThenable(value)
+            const settled = isThenable(value)
               ? Promise.resolve(value).then(undefined, rethrowAsTRPCError)
               : Promise.resolve(value);
+            if (outputs.length === 0) return settled;
+            // What `.output()` lets through is what is stored (and what a replay must pass again).
+            return settled.then(async (done) => {
+              const parsed = await parsedOutput(done, outputs, opts, codec);
+              if (!parsed.replayable) unreplayable = { value: parsed.value };
+              return parsed.value;
+            });
           },
         });
       } catch (error) {
@@ -309,7 +337,7 @@ export function withIdempotency<TBuilder extends AnyBuilder>(
             }
             const policy = overrides === undefined ? engine.defaults : engine.policy(overrides, where);
             const required = overrides?.required ?? defaultRequired;
-            return target.mutation(createResolver(resolver, '', policy, required));
+            return target.mutation(createResolver(resolver, policy, required, outputParsersOf(target._def)));
           };
         }
         const value = Reflect.get(target, prop, receiver);
@@ -454,16 +482,6 @@ function isTransformer(value: unknown): value is TRPCCombinedDataTransformer['ou
     typeof t.serialize === 'function' &&
     typeof t.deserialize === 'function'
   );
-}
-
-/** tRPC's default transformer passes values through untouched. */
-function isIdentity(transformer: TRPCCombinedDataTransformer): boolean {
-  const probe = { probe: 1 };
-  try {
-    return transformer.output.serialize(probe) === probe;
-  } catch {
-    return false;
-  }
 }
 
 /** How a configuration message names a value it refuses: `the string "yes"`, `the number 5`, `an object`... */
