@@ -18,6 +18,27 @@ afterAll(async () => {
 });
 
 describe('engine outside tRPC', () => {
+  it('the empty scope and no scope are two owners of a key; a scope too long for a store key is refused, not a 503', async () => {
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    const runs: string[] = [];
+    const handle = (scope: string | undefined) =>
+      engine.run({ key: 'k1', name: 'orders.paid', scope, payload: { n: 1 } }, async () => {
+        runs.push(String(scope));
+        return runs.length;
+      });
+    expect(await handle(undefined)).toEqual({ value: 1, replayed: false });
+    expect(await handle('')).toEqual({ value: 2, replayed: false });
+    expect(await handle('')).toEqual({ value: 2, replayed: true });
+    await expect(handle('t'.repeat(3_000))).rejects.toMatchObject({
+      name: 'IdempotencyError',
+      reason: 'input_unsupported',
+      message: expect.stringMatching(
+        /takes 3\d{3} bytes, more than the 2048 a store keeps as a key\. Use a shorter scope/,
+      ),
+    });
+    expect(runs).toEqual(['undefined', '']);
+  });
+
   it('runs a queue message once per message id and replays the outcome to a redelivery', async () => {
     const engine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }) });
     const handled: string[] = [];

@@ -236,6 +236,10 @@ describe.each(stores)('steps on the %s store', (_name, makeStore) => {
       }),
     ).rejects.toThrow('The step name "a" is used twice in this operation');
     await expect(run(({ step }) => step('', () => 1))).rejects.toThrow('A step needs a name, a non-empty string');
+    // hashed as UTF-8, two names with lone surrogates would derive one downstream key
+    await expect(run(({ step }) => step('charge-\uD800', () => 1))).rejects.toThrow(
+      /not well-formed Unicode \(it holds a lone surrogate\)/,
+    );
     await expect(
       run(async ({ step }) => {
         // Not awaited: its save, after the key was released, is refused, which this promise reports.
