@@ -234,7 +234,10 @@ export interface Results {
     pg_first: number;
     pg_replay: number;
     pg_reject: number;
-    redis_in_scripts: Record<'first' | 'replay' | 'reject', Record<string, number>>;
+    /** Per duplicate waiting redis_wait_ms for a held key's outcome (inFlight: 'wait'; absent in older records). */
+    redis_wait?: number;
+    redis_wait_ms?: number;
+    redis_in_scripts: Record<'first' | 'replay' | 'reject', Record<string, number>> & { wait?: Record<string, number> };
   };
   redis_bytes_per_record: number;
   redis_used_memory_per_record: number;
@@ -722,11 +725,11 @@ ${sinceLast(results)}
 
 ## Store cost
 
-| | First execution | Replay | In-flight rejection |
-| --- | ---: | ---: | ---: |
-| Redis commands sent (EVALSHA) | ${so.redis_first} | ${so.redis_replay} | ${so.redis_reject} |
-| Run inside the scripts | ${scripts(so.redis_in_scripts.first)} | ${scripts(so.redis_in_scripts.replay)} | ${scripts(so.redis_in_scripts.reject)} |
-| PostgreSQL statements (round trips) | ${so.pg_first} | ${so.pg_replay} | ${so.pg_reject} |
+| | First execution | Replay | In-flight rejection | Waiting duplicate${so.redis_wait_ms === undefined ? '' : ` (${so.redis_wait_ms} ms)`} |
+| --- | ---: | ---: | ---: | ---: |
+| Redis commands sent (EVALSHA) | ${so.redis_first} | ${so.redis_replay} | ${so.redis_reject} | ${so.redis_wait ?? 'not measured'} |
+| Run inside the scripts | ${scripts(so.redis_in_scripts.first)} | ${scripts(so.redis_in_scripts.replay)} | ${scripts(so.redis_in_scripts.reject)} | ${so.redis_in_scripts.wait === undefined ? 'not measured' : scripts(so.redis_in_scripts.wait)} |
+| PostgreSQL statements (round trips) | ${so.pg_first} | ${so.pg_replay} | ${so.pg_reject} | not measured |
 
 Redis memory per completed record with a ${results.record_body_bytes}-byte result: **${results.redis_bytes_per_record} bytes** (\`MEMORY USAGE\`),
 ${results.redis_used_memory_per_record} bytes of \`used_memory\` growth per record over 10,000 records.

@@ -22,6 +22,8 @@ export const RESULT = {
   description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
 };
 const PAYLOAD = { amount: 4200, currency: 'eur' };
+/** How long the waiting duplicates of one key wait (inFlight: 'wait') before its holder completes. */
+const WAIT_MS = 1_000;
 
 interface Held {
   release(): void;
@@ -48,10 +50,14 @@ export interface RedisCost {
   first: number;
   replay: number;
   reject: number;
+  /** Per duplicate of one held key waiting wait_ms (inFlight: 'wait') for its holder's outcome. */
+  wait: number;
+  wait_ms: number;
   /** Commands the scripts run inside Redis, per operation, by name. */
   first_in_scripts: Record<string, number>;
   replay_in_scripts: Record<string, number>;
   reject_in_scripts: Record<string, number>;
+  wait_in_scripts: Record<string, number>;
   /** MEMORY USAGE of one completed record, and used_memory growth per record over many. */
   memory_usage_bytes: number;
   used_memory_bytes_per_record: number;
@@ -70,6 +76,9 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
     await action();
     const all = delta(before, await commandCalls(admin));
     delete all.info;
+    // The store's subscriber connection (its handshake, its one SUBSCRIBE), opened once for every waiter.
+    delete all.hello;
+    delete all.subscribe;
     const sent = (all.evalsha ?? 0) + (all.eval ?? 0);
     delete all.evalsha;
     delete all.eval;
@@ -84,18 +93,29 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
   const replay = await measure(async () => {
     for (const key of keys) await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT);
   });
+  const isHeld = async (key: string) => (await admin.exists(store.keyOf(`:pay:${key}`))) === 1;
   const heldKeys = Array.from({ length: n }, () => randomUUID());
-  const held = await holdClaims(
-    engine,
-    heldKeys,
-    async (key) => (await admin.exists(store.keyOf(`:pay:${key}`))) === 1,
-  );
+  const held = await holdClaims(engine, heldKeys, isHeld);
   const reject = await measure(async () => {
     for (const key of heldKeys)
       await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
   });
   held.release();
   await held.done;
+
+  // n duplicates of one held key wait together; the holder's completion (one script) is counted with them.
+  const waiting = createIdempotencyEngine({ store, inFlight: 'wait' });
+  const waitKey = randomUUID();
+  const waitHeld = await holdClaims(waiting, [waitKey], isHeld);
+  const wait = await measure(async () => {
+    const duplicates = Array.from({ length: n }, () =>
+      waiting.run({ key: waitKey, name: 'pay', payload: PAYLOAD }, async () => RESULT),
+    );
+    await new Promise((resolve) => setTimeout(resolve, WAIT_MS));
+    waitHeld.release();
+    await Promise.all(duplicates);
+  });
+  await waitHeld.done;
 
   // Bytes: one record as MEMORY USAGE reports it, then the server's growth over many.
   const memoryUsage = Number(await admin.call('MEMORY', 'USAGE', store.keyOf(`:pay:${keys[0]}`), 'SAMPLES', '0'));
@@ -108,15 +128,19 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
     );
   }
   const usedAfter = await usedMemory(admin);
+  await store.close();
   client.disconnect();
   admin.disconnect();
   return {
     first: first.sent,
     replay: replay.sent,
     reject: reject.sent,
+    wait: wait.sent,
+    wait_ms: WAIT_MS,
     first_in_scripts: first.inScripts,
     replay_in_scripts: replay.inScripts,
     reject_in_scripts: reject.inScripts,
+    wait_in_scripts: wait.inScripts,
     memory_usage_bytes: memoryUsage,
     used_memory_bytes_per_record: Math.round((usedAfter - usedBefore) / many),
     body_bytes: JSON.stringify(RESULT).length,

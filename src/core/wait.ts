@@ -3,15 +3,21 @@ import { describeError } from './events.js';
 import { type Answer, start } from './guarded-store.js';
 import { interruptibleSleep } from './timing.js';
 
+/** Polling when nothing notifies (a store without `onSettled`, or a failed subscription): it is the only way to learn. */
 const FIRST_POLL_MS = 25;
 const MAX_POLL_MS = 1_000;
+// Subscribed, a poll only catches a lost message or a crashed holder's expired claim, so it starts later and backs off further.
+const FIRST_SUBSCRIBED_POLL_MS = 500;
+const MAX_SUBSCRIBED_POLL_MS = 5_000;
 const noop = () => {};
 
 /**
  * `inFlight: 'wait'`: claims, and while another request holds the key with
  * the same payload, waits for it to settle, up to `waitTimeout`. Woken by the
  * store's notification when it has one, and polling with bounded, jittered
- * backoff in any case (a crashed holder sends nothing; its claim just expires).
+ * backoff in any case (a crashed holder sends nothing; its claim just expires):
+ * 25 ms doubling to 1 s without notifications, 500 ms doubling to 5 s with
+ * them, and always once more at the deadline.
  * Returns the last answer: the outcome to replay, the key (if the holder gave
  * it back), or `in_progress` when the wait is over.
  */
@@ -47,8 +53,10 @@ export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortS
       });
     }
   }
+  const subscribed = unsubscribe !== undefined;
+  const maxDelay = subscribed ? MAX_SUBSCRIBED_POLL_MS : MAX_POLL_MS;
   try {
-    let delay = FIRST_POLL_MS;
+    let delay = subscribed ? FIRST_SUBSCRIBED_POLL_MS : FIRST_POLL_MS;
     // Claim again now that we listen, so a completion between the first
     // claim and the subscription is not missed.
     for (;;) {
@@ -68,7 +76,7 @@ export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortS
       wakeCurrent = sleep.wake;
       await sleep.promise;
       wakeCurrent = undefined;
-      delay = Math.min(delay * 2, MAX_POLL_MS);
+      delay = Math.min(delay * 2, maxDelay);
     }
   } finally {
     unsubscribe?.();

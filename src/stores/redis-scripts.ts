@@ -42,12 +42,15 @@ function script(source: string): RedisScript {
  * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
  * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
  * A claim that takes the record gets its recorded steps too: {'a', time, steps hash as a flat list}.
+ * A waiting claim (ARGV[4] '1') of another's in-progress record with its fingerprint (one with another
+ * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
+ * claim, however many waiters poll it and however often.
  */
 export const CLAIM = script(`
-local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't')
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
 if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[1] == 'p' then
-    if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', '1') end
+    if ARGV[4] == '1' and not rec[5] and rec[2] == ARGV[2] then redis.call('HSET', KEYS[1], 'w', '1') end
     return {'p', rec[2]}
   end
   if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
