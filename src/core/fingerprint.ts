@@ -28,7 +28,7 @@ const MAX_ENTRY_CHARS = 64;
  * Map write for an object costs it an identity hash, which costs more than
  * walking it.
  */
-const MEMO_WORK = 256;
+const MEMO_WORK = 64;
 
 /**
  * A canonical, type-tagged encoding of `value`: object keys sorted, fields
