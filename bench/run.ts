@@ -29,7 +29,7 @@ import {
   warmUp as warmUpOf,
 } from './lib/processes.js';
 import { type ProfileSummary, summariseProfile } from './lib/profile.js';
-import { type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
+import { type FingerprintCost, type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
 import {
   type BenchRedis,
   type BenchSchema,
@@ -479,6 +479,9 @@ async function main() {
     minimal_overhead_us_per_call: number;
   };
 
+  log('fingerprint cost over the parse of its body, per shape (in process)');
+  const fingerprintCost = execJson(['--import', 'tsx', here('./fingerprint.ts'), '7']) as FingerprintCost;
+
   const peerBytes = await peerRecordBytes(admins.get(redisMain)!);
   const loadAfter = loadAverage();
   await cleanup();
@@ -605,6 +608,7 @@ async function main() {
     profiles,
     overhead_us_per_call: round2(overhead.overhead_us_per_call),
     overhead: overhead,
+    fingerprint: fingerprintCost,
     growth: { redis: { ...growthOf('redis'), keys_in_redis: redisFullKeys }, postgres: growthOf('postgres') },
     purge: {
       rows: RECORDS,

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { summarisePerfScript } from '../bench/lib/perf.js';
-import { previousOf } from '../bench/lib/report.js';
+import { type FingerprintCost, fingerprintSection, previousOf } from '../bench/lib/report.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 
@@ -85,6 +85,32 @@ describe('previousOf (the last record, for the next one to compare with)', () =>
     ].join('\n');
     expect(previousOf(markdown)?.baseline_rps_range).toEqual([2327, 4443]);
     expect(previousOf(`# Benchmark results\n\n${summary({})}\n`)?.baseline_rps_range).toBeUndefined();
+  });
+});
+
+describe('fingerprintSection (the fingerprint against its parse, in RESULTS.md)', () => {
+  const row = { transport: 'superjson', body_bytes: 1_011_439, copies: 5, ratios: [1.8, 2.1, 2.0] } as const;
+  const cost: FingerprintCost = {
+    rounds: 3,
+    batch_ms: 25,
+    rows: [
+      { ...row, shape: '500 nested Sets, 1 MB', parse_us: 2727.9, fingerprint_us: 5454.1, ratio: 2.0 },
+      { ...row, shape: 'DAG', parse_us: 11.26, fingerprint_us: 268.4, ratio: 22.37, ratios: [22.37] },
+      { ...row, shape: 'attack', parse_us: 31.1, fingerprint_us: 30.8, ratio: 0.99, refused: true },
+    ],
+  };
+
+  it('says a record made before it has none, rather than failing', () => {
+    expect(fingerprintSection(undefined)).toMatch(/^## Fingerprint cost .*\n\nNot measured in this run\.$/);
+  });
+
+  it('gives each shape its ratio, whether it meets the target, and marks a refusal', () => {
+    const lines = fingerprintSection(cost).split('\n');
+    expect(lines).toContain(
+      '| 500 nested Sets, 1 MB | superjson | 1,011,439 | 2,728 | 5,454 | **2.00** (1.80-2.10) | yes |',
+    );
+    expect(lines).toContain('| DAG | superjson | 1,011,439 | 11.3 | 268.4 | **22.37** | **no** |');
+    expect(lines.find((l) => l.startsWith('| attack |'))).toContain('30.8 (refusal)');
   });
 });
 

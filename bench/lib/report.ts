@@ -254,9 +254,37 @@ export interface Results {
     minimal_overhead_us_per_call?: number;
   };
   growth: { redis: Growth & { keys_in_redis: number }; postgres: Growth };
+  /** bench/fingerprint.ts: the fingerprint's cost over the parse of its body, per shape (absent in older records). */
+  fingerprint?: FingerprintCost;
   purge: { rows: number; deleted: number; seconds: number; batch_size: number; rows_per_second: number };
   duration_s: number;
 }
+
+/** One shape of bench/fingerprint.ts: µs per copy, medians over the rounds. */
+export interface FingerprintRow {
+  shape: string;
+  /** How the body was written: JSON, or superjson (with `dedupe: true`, a shared object written once). */
+  transport: 'JSON' | 'superjson' | 'superjson, dedupe';
+  body_bytes: number;
+  copies: number;
+  parse_us: number;
+  /** For a refused shape, the time to refuse it. */
+  fingerprint_us: number;
+  /** Median of the rounds' fingerprint / parse. */
+  ratio: number;
+  ratios: number[];
+  /** The fingerprint refused it (input_unsupported), as it must. */
+  refused?: boolean;
+}
+
+export interface FingerprintCost {
+  rounds: number;
+  batch_ms: number;
+  rows: FingerprintRow[];
+}
+
+/** The most the fingerprint may cost over the parse of its body, on every shape (issue 25). */
+export const FINGERPRINT_TARGET = 5;
 
 const OURS = ['floor', 'memory', 'redis', 'postgres'];
 
@@ -331,6 +359,7 @@ export function renderTable(results: Results): string {
       `PostgreSQL statements: ${results.store_ops.pg_first} / ${results.store_ops.pg_replay} / ${results.store_ops.pg_reject}`,
     `Redis bytes per record (${results.record_body_bytes}-byte result): ${results.redis_bytes_per_record} (MEMORY USAGE), ${results.redis_used_memory_per_record} (used_memory growth)`,
     `In-process overhead per call (memory store): ${results.overhead_us_per_call} µs (${results.overhead.baseline_us.toFixed(1)} → ${results.overhead.idempotent_us.toFixed(1)} µs)`,
+    `Fingerprint over the parse of its body: ${fingerprintWorst(results.fingerprint)}`,
     `Growth, ${fmt(results.growth.redis.records)} live records vs empty: Redis ${results.growth.redis.ratio.toFixed(2)}, PostgreSQL ${results.growth.postgres.ratio.toFixed(2)}`,
     `purgeExpired, ${fmt(results.purge.deleted)} expired rows in batches of ${fmt(results.purge.batch_size)}: ${results.purge.seconds} s`,
     `Load average before / after: ${results.load_average.before.join(' ')} / ${results.load_average.after.join(' ')}`,
@@ -338,6 +367,49 @@ export function renderTable(results: Results): string {
 }
 
 const met = (ok: boolean) => (ok ? 'met' : '**not met**');
+
+/** µs with as many decimals as a figure from 1 µs to 100 ms needs. */
+const us = (n: number) => (n < 10 ? n.toFixed(2) : n < 1000 ? n.toFixed(1) : fmt(Math.round(n)));
+
+/** The worst shape's ratio, and the shapes above the target, or `not measured`. */
+function fingerprintWorst(cost: FingerprintCost | undefined): string {
+  if (cost === undefined || cost.rows.length === 0) return 'not measured';
+  const worst = cost.rows.reduce((a, b) => (b.ratio > a.ratio ? b : a));
+  const above = cost.rows.filter((r) => r.ratio > FINGERPRINT_TARGET);
+  return (
+    `worst ${worst.ratio.toFixed(2)}× (${worst.shape}; ${worst.transport}) over ${cost.rows.length} shapes; ` +
+    (above.length === 0
+      ? `all ≤ ${FINGERPRINT_TARGET}×`
+      : `above ${FINGERPRINT_TARGET}×: ${above.map((r) => `${r.shape} (${r.transport}) ${r.ratio.toFixed(2)}×`).join('; ')}`)
+  );
+}
+
+/** The section of RESULTS.md on the fingerprint's cost over the parse, or a line saying the record has none. */
+export function fingerprintSection(cost: FingerprintCost | undefined): string {
+  const title = `## Fingerprint cost over the parse of its body (target ≤ ${FINGERPRINT_TARGET}× on every shape)`;
+  if (cost === undefined || cost.rows.length === 0) return `${title}\n\nNot measured in this run.`;
+  const lines = [
+    title,
+    '',
+    `What the fingerprint (\`fingerprint('pay', input)\`: the canonical form and its SHA-256) costs beside the parse that made`,
+    `its input, in process (\`bench/fingerprint.ts\`). For each shape, the body as a client sends it: JSON text, or superjson's`,
+    `(which writes a shared object out in full at every reference; with \`dedupe: true\`, once). Each of ${cost.rounds} rounds parses`,
+    `N fresh copies of it (\`JSON.parse\` or \`superjson.parse\`, timed) and then fingerprints each copy once (timed): µs per`,
+    `copy are medians over the rounds, the ratio the median of the rounds' ratios (their range in brackets). A refused row is`,
+    `an input the fingerprint must refuse (\`input_unsupported\`): its time is the refusal's.`,
+    '',
+    `| Shape | Body | Body bytes | Parse µs | Fingerprint µs | Fingerprint / parse | ≤ ${FINGERPRINT_TARGET}× |`,
+    '| --- | --- | ---: | ---: | ---: | ---: | --- |',
+  ];
+  for (const r of cost.rows) {
+    const range =
+      r.ratios.length < 2 ? '' : ` (${Math.min(...r.ratios).toFixed(2)}-${Math.max(...r.ratios).toFixed(2)})`;
+    lines.push(
+      `| ${r.shape} | ${r.transport} | ${fmt(r.body_bytes)} | ${us(r.parse_us)} | ${us(r.fingerprint_us)}${r.refused ? ' (refusal)' : ''} | **${r.ratio.toFixed(2)}**${range} | ${r.ratio <= FINGERPRINT_TARGET ? 'yes' : '**no**'} |`,
+    );
+  }
+  return lines.join('\n');
+}
 
 /** A variant's row at saturation, and at a fixed rate. */
 const rowOf = (results: Results, name: string) => results.rows.find((r) => r.name === name);
@@ -444,6 +516,15 @@ function targetsTable(results: Results): string {
       results.overhead_us_per_call <= 4,
       bounds.inProcess,
     ),
+    results.fingerprint === undefined
+      ? `| Fingerprint ≤ ${FINGERPRINT_TARGET}× its parse (\`JSON.parse\` / \`superjson.parse\` of the body) on every shape | not measured | | |`
+      : t(
+          `Fingerprint ≤ ${FINGERPRINT_TARGET}× its parse (\`JSON.parse\` / \`superjson.parse\` of the body) on every shape`,
+          fingerprintWorst(results.fingerprint),
+          results.fingerprint.rows.every((r) => r.ratio <= FINGERPRINT_TARGET),
+          'The rows above it in "Fingerprint cost over the parse of its body": a body smaller than the value superjson rebuilds ' +
+            "from it (its shared references) costs the fingerprint the value's size, which the canonical form writes out and hashes",
+        ),
   ].join('\n');
 }
 
@@ -747,6 +828,8 @@ In-process cost of the middleware (mitata, server-side caller, memory store, \`g
       ? ''
       : `; ${MINIMAL_LAYER} ${results.overhead.minimal_overhead_us_per_call.toFixed(1)} µs over the baseline`
   }.
+
+${fingerprintSection(results.fingerprint)}
 
 ## Growth
 
