@@ -7,6 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
+import fc from 'fast-check';
 import superjson from 'superjson';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -82,14 +83,12 @@ function routers(store: IdempotencyStore) {
           tags: new Set(['a', 'b']),
           total: 10n ** 20n,
         })),
-      user: idempotent
-        .output(z.object({ id: z.string(), email: z.string() }))
-        .mutation(() => ({
-          id: `user_${++runs}`,
-          email: 'a@example.com',
-          passwordHash: 'HASH-SECRET',
-          resetToken: 'TOKEN-SECRET',
-        })),
+      user: idempotent.output(z.object({ id: z.string(), email: z.string() })).mutation(() => ({
+        id: `user_${++runs}`,
+        email: 'a@example.com',
+        passwordHash: 'HASH-SECRET',
+        resetToken: 'TOKEN-SECRET',
+      })),
       length: idempotent
         .output(z.string().transform((text) => text.length))
         .mutation(() => `${++runs}`.padEnd(runs + 3, '.')),
@@ -148,6 +147,39 @@ describe.each(stores)('on the %s store', (_name, makeStore) => {
     expect(again.body).toBe(first.body);
     expect(again.headers['idempotent-replayed']).toEqual(['true']);
     expect(runs).toBe(1);
+  });
+
+  it('property: without a transformer, a replay over HTTP is byte for byte the first answer (-0, NaN, holes, invalid Dates, lone surrogates, NUL, Maps, Sets)', async () => {
+    const { store } = recording(makeStore());
+    const t = initTRPC.context<{ req: { headers: Record<string, unknown> } }>().meta<IdempotencyMeta>().create();
+    const answers = new Map<string, unknown>();
+    let runs = 0;
+    const router = t.router({
+      echo: withIdempotency(t.procedure, { store, scope: 'global' }).mutation(({ ctx }) => {
+        runs++;
+        return answers.get(String(ctx.req.headers['idempotency-key']));
+      }),
+    });
+    const server = await startServer(router);
+    servers.push(server);
+    const port = Number(new URL(server.url).port);
+    const value = fc.anything({ withDate: true, withMap: true, withSet: true, withSparseArray: true, maxDepth: 3 });
+    let cases = 0;
+    await fc.assert(
+      fc.asyncProperty(value, async (answer) => {
+        const key = randomUUID();
+        answers.set(key, answer);
+        const send = () => sendRaw(port, rawRequest({ path: '/echo', headers: [['Idempotency-Key', key]], body: '' }));
+        const first = await send();
+        const again = await send();
+        expect(again.status).toBe(first.status);
+        expect(again.body).toBe(first.body);
+        if (first.status === 200) expect(again.headers['idempotent-replayed']).toEqual(['true']);
+        cases++;
+      }),
+      { numRuns: 60 },
+    );
+    expect(runs).toBe(cases);
   });
 
   it('what .output() strips is not stored (a password hash, a reset token), and the replay is the first answer', async () => {
