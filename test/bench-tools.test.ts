@@ -89,7 +89,7 @@ describe('previousOf (the last record, for the next one to compare with)', () =>
 });
 
 describe('fingerprintSection (the fingerprint against its parse, in RESULTS.md)', () => {
-  const row = { transport: 'superjson', body_bytes: 1_011_439, copies: 5, ratios: [1.8, 2.1, 2.0] } as const;
+  const row = { transport: 'superjson' as const, body_bytes: 1_011_439, copies: 5, ratios: [1.8, 2.1, 2.0] };
   const cost: FingerprintCost = {
     rounds: 3,
     batch_ms: 25,
