@@ -1,4 +1,5 @@
 import { IdempotencyConfigError } from '../core/errors.js';
+import { scopeOfRecordId } from '../core/key.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -13,16 +14,27 @@ import type {
   SaveStepResult,
 } from '../core/store.js';
 
+// What an entry and a step count besides their characters (see maxBytes): about what V8 takes for
+// the objects, Map slots and string headers around them (a small record measured 640-890 bytes).
+const ENTRY_OVERHEAD = 512;
+const STEP_OVERHEAD = 100;
+
 export interface MemoryStoreOptions {
   /**
-   * The most records kept. When full, expired records go first, then the
-   * oldest finished ones, before their ttl (each eviction is an `evicted`
-   * event: a retry of that key would run again). Live claims are never evicted
-   * (that would let a duplicate run): a store full of them refuses new claims,
-   * which the engine answers with 503. Size it to the keys written per `ttl`.
+   * The most entries kept: records (running claims and finished outcomes)
+   * and lists of recorded steps. Size it to the keys written per `ttl`.
    * @default 10_000
    */
   maxEntries?: number;
+  /**
+   * The most bytes kept, counted as an approximation of heap bytes: a record
+   * counts the characters of its id, fingerprint, token and body, plus 512;
+   * a list of steps the characters of its id and fingerprint, plus 512, and
+   * each step those of its name and body, plus 100. (V8 keeps a character in
+   * 1 byte for Latin-1 text and in 2 otherwise.) At least 65,536.
+   * @default 67_108_864 (64 MiB)
+   */
+  maxBytes?: number;
   /**
    * How often expired records are swept, in milliseconds (they are also
    * ignored the moment they expire). At most 2^31 - 1.
@@ -36,39 +48,82 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
+/** What one scope holds, and its place in the heap of scopes that have finished records. */
+interface ScopeUsage {
+  /** The scope part of its ids ({@link scopeOfRecordId}). */
+  name: string;
+  entries: number;
+  bytes: number;
+  /** max(entries / maxEntries, bytes / maxBytes): the heap's key. */
+  share: number;
+  /** Its finished records, oldest first (insertion order is completion order). */
+  finished: Map<string, MemoryRecord>;
+  /** Where the search for the oldest finished record resumes (see makeRoom). */
+  oldest: MapIterator<[string, MemoryRecord]> | undefined;
+  /** Its index in `heap`, -1 while it has no finished record. */
+  at: number;
+}
+
 interface MemoryRecord {
   state: RecordState;
   fingerprint: string;
   token: string | undefined;
   body: string | undefined;
   expiresAt: number;
+  bytes: number;
+  scope: ScopeUsage;
 }
 
 interface MemorySteps {
   fingerprint: string;
   steps: RecordedStep[];
   expiresAt: number;
+  bytes: number;
+  scope: ScopeUsage;
 }
 
 export interface MemoryStore extends IdempotencyStore {
   readonly name: 'memory';
-  /** Live records (expired ones are not counted). */
+  /** Live entries, what `maxEntries` bounds: records and lists of steps (expired ones are not counted). */
   readonly size: number;
+  /** The bytes of the live entries, as `maxBytes` counts them. */
+  readonly bytes: number;
   /** Stops the sweep timer. The store keeps working; expired records are then dropped on access. */
   close(): void;
 }
+
+const recordBytes = (id: string, fingerprint: string, token: string | undefined, body: string | undefined) =>
+  ENTRY_OVERHEAD + id.length + fingerprint.length + (token?.length ?? 0) + (body?.length ?? 0);
 
 /**
  * The embedded store: one process, nothing to run. It keeps the same
  * guarantees as the shared stores within that process, and none across
  * processes; use the Redis or PostgreSQL store when more than one instance
  * serves the same keys.
+ *
+ * Room is shared between scopes (the part of a record id before its first
+ * `:`). A scope's share is max(entries / maxEntries, bytes / maxBytes),
+ * counting its running claims and steps. When either limit is reached,
+ * expired records go first; then the oldest finished record of the scope
+ * with the largest share (each an `evicted` event), but never to make room
+ * for a scope whose share, with the new record, is larger than that one's:
+ * such a scope evicts its own oldest instead, so a scope that fills the
+ * store evicts only its own records. Running claims and steps are never
+ * evicted. A new claim that finds no room is refused (the engine answers
+ * 503); a completion or step of a held claim never is (a retry would run it
+ * again), so the store may exceed its limits by the outcomes and steps of
+ * the claims still running.
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // initialized config
-  const { maxEntries = 10_000, sweepInterval = 60_000, now = Date.now } = options;
+  const { maxEntries = 10_000, maxBytes = 67_108_864, sweepInterval = 60_000, now = Date.now } = options;
   if (!Number.isInteger(maxEntries) || maxEntries < 1) {
     throw new IdempotencyConfigError(`memoryStore: maxEntries must be a positive integer, got ${String(maxEntries)}.`);
+  }
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 65_536) {
+    throw new IdempotencyConfigError(
+      `memoryStore: maxBytes must be a whole number of bytes, at least 65,536 (64 KiB), got ${String(maxBytes)}.`,
+    );
   }
   if (typeof sweepInterval !== 'number' || !(sweepInterval > 0) || sweepInterval > 2 ** 31 - 1) {
     throw new IdempotencyConfigError(
@@ -80,13 +135,106 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       `memoryStore: now must be a function that returns the time in ms, got ${typeof now}.`,
     );
   }
-  // Insertion order is age order: a record is re-inserted when it completes.
   const records = new Map<string, MemoryRecord>();
-  // The steps of records, apart from them: they outlive a released or expired claim. Bounded by
-  // maxEntries too (records that use steps have at most one entry here), and swept with the records.
+  // The steps of records, apart from them: they outlive a released or expired claim.
   const stepsOf = new Map<string, MemorySteps>();
   const listeners = new Map<string, Set<() => void>>();
   const evictionListeners = new Set<(id: string) => void>();
+
+  // Usage, in total and per scope. `heap` is a max-heap by share of the scopes that have a
+  // finished record: the scope room is taken from is found in O(1), kept in O(log scopes).
+  let entries = 0;
+  let bytes = 0;
+  const scopes = new Map<string, ScopeUsage>();
+  const heap: ScopeUsage[] = [];
+
+  function place(s: ScopeUsage, i: number) {
+    heap[i] = s;
+    s.at = i;
+  }
+  function siftUp(s: ScopeUsage) {
+    let i = s.at;
+    while (i > 0) {
+      const parent = heap[(i - 1) >> 1]!;
+      if (parent.share >= s.share) break;
+      place(parent, i);
+      i = (i - 1) >> 1;
+    }
+    place(s, i);
+  }
+  function siftDown(s: ScopeUsage) {
+    let i = s.at;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= heap.length) break;
+      const c = left + 1 < heap.length && heap[left + 1]!.share > heap[left]!.share ? left + 1 : left;
+      const child = heap[c]!;
+      if (child.share <= s.share) break;
+      place(child, i);
+      i = c;
+    }
+    place(s, i);
+  }
+  function unheap(s: ScopeUsage) {
+    const last = heap.pop()!;
+    if (last !== s) {
+      place(last, s.at);
+      siftUp(last);
+      siftDown(last);
+    }
+    s.at = -1;
+  }
+
+  function usage(name: string): ScopeUsage {
+    let s = scopes.get(name);
+    if (s === undefined) {
+      s = { name, entries: 0, bytes: 0, share: 0, finished: new Map(), oldest: undefined, at: -1 };
+      scopes.set(name, s);
+    }
+    return s;
+  }
+
+  /** Counts `dEntries` entries and `dBytes` bytes more (or fewer) for `s`; a scope left empty is forgotten. */
+  function account(s: ScopeUsage, dEntries: number, dBytes: number) {
+    entries += dEntries;
+    bytes += dBytes;
+    s.entries += dEntries;
+    s.bytes += dBytes;
+    const share = Math.max(s.entries / maxEntries, s.bytes / maxBytes);
+    const grew = share > s.share;
+    s.share = share;
+    if (s.at >= 0) {
+      if (grew) siftUp(s);
+      else siftDown(s);
+    } else if (s.entries === 0) {
+      scopes.delete(s.name);
+    }
+  }
+
+  function finished(id: string, rec: MemoryRecord) {
+    const s = rec.scope;
+    s.finished.set(id, rec);
+    if (s.at < 0) {
+      s.at = heap.length;
+      heap.push(s);
+      siftUp(s);
+    }
+  }
+
+  function drop(id: string, rec: MemoryRecord) {
+    records.delete(id);
+    const s = rec.scope;
+    if (rec.state !== 'in_progress') {
+      s.finished.delete(id);
+      if (s.finished.size === 0) unheap(s);
+    }
+    account(s, -1, -rec.bytes);
+  }
+
+  function dropSteps(id: string, recorded: MemorySteps) {
+    stepsOf.delete(id);
+    account(recorded.scope, -1, -recorded.bytes);
+  }
 
   // No record expires before this (a lower bound, kept on every write): until
   // then a sweep would find nothing, so a full store does not scan all its
@@ -95,27 +243,66 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const expiring = (expiresAt: number) => {
     if (expiresAt < nextExpiry) nextExpiry = expiresAt;
   };
-  const sweep = () => {
-    const t = now();
+  const sweep = (t = now()) => {
     if (t < nextExpiry) return;
     let earliest = Number.POSITIVE_INFINITY;
     for (const [id, rec] of records) {
-      if (rec.expiresAt <= t) records.delete(id);
+      if (rec.expiresAt <= t) drop(id, rec);
       else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
     }
-    for (const [id, rec] of stepsOf) {
-      if (rec.expiresAt <= t) stepsOf.delete(id);
-      else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
+    for (const [id, recorded] of stepsOf) {
+      if (recorded.expiresAt <= t) dropSteps(id, recorded);
+      else if (recorded.expiresAt < earliest) earliest = recorded.expiresAt;
     }
     nextExpiry = earliest;
   };
-  const timer = setInterval(sweep, sweepInterval);
+  const timer = setInterval(() => sweep(), sweepInterval);
   timer.unref();
+
+  /**
+   * Makes room, at time `t`, for `more` entries and `moreBytes` bytes of the scope `owner` (absent:
+   * one that holds nothing yet). Expired records go first; then the oldest finished record of the
+   * scope with the largest share, unless that share is smaller than the one `owner` would have
+   * with the room it asks for: then `owner`'s own oldest. False when neither is there.
+   */
+  function makeRoom(t: number, more: number, moreBytes: number, owner: ScopeUsage | undefined): boolean {
+    if (entries + more <= maxEntries && bytes + moreBytes <= maxBytes) return true;
+    sweep(t);
+    while (entries + more > maxEntries || bytes + moreBytes > maxBytes) {
+      const wanted =
+        owner === undefined
+          ? Math.max(more / maxEntries, moreBytes / maxBytes)
+          : Math.max((owner.entries + more) / maxEntries, (owner.bytes + moreBytes) / maxBytes);
+      const largest = heap[0];
+      const from = largest !== undefined && largest.share >= wanted ? largest : owner;
+      if (from === undefined || from.at < 0) return false;
+      // Resumed where the last eviction stopped: every entry before it is gone, and a fresh
+      // iterator would step over each deleted slot the Map keeps at its head until it rehashes.
+      let next = (from.oldest ??= from.finished.entries()).next();
+      if (next.done === true) next = (from.oldest = from.finished.entries()).next();
+      const [id, rec] = next.value!;
+      drop(id, rec);
+      for (const listener of evictionListeners) listener(id);
+    }
+    return true;
+  }
+
+  function full(more: number, moreBytes: number): Error {
+    const [taken, option] =
+      entries + more > maxEntries
+        ? [`${entries} of ${maxEntries} entries`, 'maxEntries']
+        : [`${bytes} bytes of ${maxBytes}, and the claim needs ${moreBytes}`, 'maxBytes'];
+    return new Error(
+      `memoryStore is full: ${taken}, and none may be evicted for this claim (running claims and recorded steps ` +
+        "never are, nor finished records of a scope holding a smaller share of the store than the claim's scope). " +
+        `Raise ${option}, or use the Redis or PostgreSQL store.`,
+    );
+  }
 
   function live(id: string, t: number): MemoryRecord | undefined {
     const rec = records.get(id);
     if (rec !== undefined && rec.expiresAt <= t) {
-      records.delete(id);
+      drop(id, rec);
       return undefined;
     }
     return rec;
@@ -124,31 +311,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   function held(id: string, token: string, t: number): MemoryRecord | undefined {
     const rec = live(id, t);
     return rec !== undefined && rec.state === 'in_progress' && rec.token === token ? rec : undefined;
-  }
-
-  // Where the search for the oldest finished record resumes. Every record
-  // before it is a running claim (a claim that finishes is re-inserted at the
-  // end), and restarting from the first entry each time would step over every
-  // deleted slot the Map keeps at its head until it rehashes.
-  let evictFrom: MapIterator<[string, MemoryRecord]> | undefined;
-
-  function makeRoom() {
-    if (records.size < maxEntries) return;
-    sweep();
-    if (records.size < maxEntries) return;
-    for (let pass = 0; pass < 2; pass++) {
-      evictFrom ??= records.entries();
-      for (let next = evictFrom.next(); next.done !== true; next = evictFrom.next()) {
-        const [id, rec] = next.value;
-        if (rec.state !== 'in_progress') {
-          records.delete(id);
-          for (const listener of evictionListeners) listener(id);
-          return;
-        }
-      }
-      evictFrom = undefined;
-    }
-    throw new Error(`memoryStore is full: all ${maxEntries} entries are running claims. Raise maxEntries.`);
   }
 
   function notify(id: string) {
@@ -160,7 +322,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     name: 'memory',
     get size() {
       sweep();
-      return records.size;
+      return entries;
+    },
+    get bytes() {
+      sweep();
+      return bytes;
     },
 
     async claim({ id, fingerprint, token, lockTtl, deadline }: ClaimInput): Promise<ClaimResult> {
@@ -175,8 +341,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Absent, or this token's own live claim sent again: it is taken, unless the caller gave up.
       if (deadline !== undefined && time > deadline) return { state: 'late', time };
       if (rec === undefined) {
-        makeRoom();
-        records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt: time + lockTtl });
+        const size = recordBytes(id, fingerprint, token, undefined);
+        const name = scopeOfRecordId(id);
+        if (!makeRoom(time, 1, size, scopes.get(name))) throw full(1, size);
+        const scope = usage(name);
+        const expiresAt = time + lockTtl;
+        records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt, bytes: size, scope });
+        account(scope, 1, size);
       } else {
         rec.expiresAt = time + lockTtl;
       }
@@ -201,52 +372,81 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       if (rec !== undefined && rec.token !== token) return rec.state === 'in_progress' ? 'held' : 'finished';
       // Already stored by this very claim: a completion sent twice.
       if (rec !== undefined && rec.state !== 'in_progress') return 'stored';
-      if (rec === undefined) makeRoom();
-      records.delete(id);
-      // The claim's own record, updated rather than replaced: one object less for the GC to move.
-      const done = rec ?? { state, fingerprint, token, body, expiresAt: t + ttl };
-      done.state = state;
-      done.fingerprint = fingerprint;
-      done.body = body;
-      done.expiresAt = t + ttl;
-      records.set(id, done);
+      if (clearSteps === true) {
+        const recorded = stepsOf.get(id);
+        if (recorded !== undefined) dropSteps(id, recorded);
+      }
+      const size = recordBytes(id, fingerprint, token, body);
+      // Never refused for room: a retry would run the operation again. The rule decides what may go.
+      if (rec === undefined) {
+        const name = scopeOfRecordId(id);
+        makeRoom(t, 1, size, scopes.get(name));
+        const done: MemoryRecord = {
+          state,
+          fingerprint,
+          token,
+          body,
+          expiresAt: t + ttl,
+          bytes: size,
+          scope: usage(name),
+        };
+        records.set(id, done);
+        account(done.scope, 1, size);
+        finished(id, done);
+      } else {
+        makeRoom(t, 0, size - rec.bytes, rec.scope);
+        // The claim's own record, updated rather than replaced: one object less for the GC to move.
+        rec.state = state;
+        rec.fingerprint = fingerprint;
+        rec.body = body;
+        rec.expiresAt = t + ttl;
+        account(rec.scope, 0, size - rec.bytes);
+        rec.bytes = size;
+        finished(id, rec);
+      }
       expiring(t + ttl);
-      if (clearSteps === true) stepsOf.delete(id);
       notify(id);
       return 'stored';
     },
 
     async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
       const t = now();
-      if (held(id, token, t) === undefined) return 'fenced';
+      const rec = held(id, token, t);
+      if (rec === undefined) return 'fenced';
       let recorded = stepsOf.get(id);
       if (recorded !== undefined && recorded.expiresAt <= t) {
-        stepsOf.delete(id);
+        dropSteps(id, recorded);
         recorded = undefined;
       }
       const count = recorded?.steps.length ?? 0;
       // Sent twice by its holder: the same name at the same place is already there.
       if (index < count) return recorded!.steps[index]!.name === name ? 'stored' : 'conflict';
       if (index > count) return 'conflict';
+      // Never refused for room, as a completion: the step ran, and a retry would run it again.
+      const size = STEP_OVERHEAD + name.length + body.length;
       if (recorded === undefined) {
-        if (stepsOf.size >= maxEntries) {
-          sweep();
-          if (stepsOf.size >= maxEntries) {
-            throw new Error(`memoryStore is full: ${maxEntries} records keep steps. Raise maxEntries.`);
-          }
-        }
-        stepsOf.set(id, (recorded = { fingerprint, steps: [], expiresAt: 0 }));
+        const listSize = ENTRY_OVERHEAD + id.length + fingerprint.length;
+        makeRoom(t, 1, listSize + size, rec.scope);
+        recorded = { fingerprint, steps: [], expiresAt: 0, bytes: listSize, scope: rec.scope };
+        stepsOf.set(id, recorded);
+        account(rec.scope, 1, listSize);
+      } else {
+        makeRoom(t, 0, size, rec.scope);
       }
+      const grown = size + fingerprint.length - recorded.fingerprint.length;
       recorded.fingerprint = fingerprint;
       recorded.steps.push({ name, body });
       recorded.expiresAt = t + ttl;
+      recorded.bytes += grown;
+      account(recorded.scope, 0, grown);
       expiring(recorded.expiresAt);
       return 'stored';
     },
 
     async release({ id, token }: FencedInput): Promise<boolean> {
-      if (held(id, token, now()) === undefined) return false;
-      records.delete(id);
+      const rec = held(id, token, now());
+      if (rec === undefined) return false;
+      drop(id, rec);
       notify(id);
       return true;
     },
