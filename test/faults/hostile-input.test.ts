@@ -2,19 +2,21 @@
  * Inputs that stress the fingerprint, over HTTP against a real tRPC server
  * on a private Redis, and as properties (fast-check) of the canonical
  * encoding: deep nesting, huge arrays, keys named `__proto__`,
- * `constructor`, `prototype`, and cycles rebuilt by a transformer (superjson).
- * A refused input never runs and never reaches the store.
+ * `constructor`, `prototype`, cycles and shared references rebuilt by a
+ * transformer (superjson), nested Sets; and one tenant against another on
+ * the memory store. A refused input never runs and never reaches the store.
  */
 import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import superjson from 'superjson';
+import superjson, { SuperJSON } from 'superjson';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH } from '../../src/core.js';
 import { IdempotencyError, type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
+import { memoryStore } from '../../src/stores/memory.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
 import { createClient, rejectionOf, startServer, type TestServer } from '../helpers/trpc.js';
@@ -315,5 +317,198 @@ describe('cycles rebuilt by a transformer (superjson)', () => {
     expect(await scriptCalls()).toBe(before);
     expect((await fetch(`${app.url}/health`)).status).toBe(200);
     console.info(`[hostile input] 20,000 levels through superjson: ${answer.status} ${answer.message}`);
+  });
+});
+
+describe('shared references and nested Sets through superjson, over HTTP', () => {
+  /** One object under both fields of the level above, `depth` times: 2^depth paths, as superjson's dedupe writes it once. */
+  const sharedTwice = (depth: number) => {
+    let node: unknown = { leaf: 1 };
+    for (let i = 0; i < depth; i++) node = { left: node, right: node };
+    return node;
+  };
+  const nestedSets = (depth: number, pad: number) => {
+    let value: unknown = 'x'.repeat(pad);
+    for (let i = 0; i < depth; i++) value = new Set([value, `${i}:${'s'.repeat(pad)}`]);
+    return value;
+  };
+
+  /** Health checks sent one after another until `stop`, each with a deadline; what each answered. */
+  function keepChecking(url: string) {
+    const answers: number[] = [];
+    let running = true;
+    const done = (async () => {
+      while (running) {
+        const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) });
+        answers.push(response.status);
+        await response.arrayBuffer();
+      }
+    })();
+    return {
+      answers,
+      stop: async () => {
+        running = false;
+        await done;
+      },
+    };
+  }
+
+  it('a 4 KB body sharing one object 2^23 ways, sent 20 times: a clear 400 each, health answered throughout, nothing run or stored', async () => {
+    const app = await startDataServer({ transformer: true });
+    const body = new SuperJSON({ dedupe: true }).stringify({ data: sharedTwice(23) });
+    expect(body.length).toBeLessThan(4_000);
+    const before = await scriptCalls();
+    const heapBefore = process.memoryUsage().heapUsed;
+    const health = keepChecking(app.url);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => postJson(app.port, randomUUID(), body)));
+    await health.stop();
+    for (const answer of answers) {
+      expect(answer).toMatchObject({ status: 400, reason: 'input_unsupported' });
+      expect(answer.message).toMatch(/shared references/);
+    }
+    expect(health.answers.length).toBeGreaterThan(0);
+    expect(health.answers.every((status) => status === 200)).toBe(true);
+    expect(app.executions).toHaveLength(0);
+    expect(await scriptCalls()).toBe(before);
+    // Walked path by path, one such body took the heap past 2 GB; encoded once per object, it takes nothing to speak of.
+    expect(process.memoryUsage().heapUsed - heapBefore).toBeLessThan(256 * 1024 * 1024);
+  });
+
+  it('a body sharing one object 2^12 ways (fingerprinted, not refused): runs once, replays, and equals its copy sent without sharing', async () => {
+    const app = await startDataServer({ transformer: true });
+    const client = createClient<typeof app.router>(app.url, { transformer: superjson });
+    const key = randomUUID();
+    const data = sharedTwice(12);
+    const first = await client.pay.mutate({ data }, { context: { key } });
+    // the same value sent as a tree (no shared reference): the same payload
+    expect(await client.pay.mutate({ data: JSON.parse(JSON.stringify(data)) }, { context: { key } })).toEqual(first);
+    expect(app.executions).toHaveLength(1);
+  });
+
+  it('a 1 MB body of 500 nested two-element Sets: runs once, replays, another innermost value is a 422; health answered throughout', async () => {
+    const app = await startDataServer({ transformer: true });
+    const client = createClient<typeof app.router>(app.url, { transformer: superjson });
+    const data = nestedSets(500, 2_000);
+    expect(superjson.stringify({ data }).length).toBeGreaterThan(1_000_000);
+    const health = keepChecking(app.url);
+    const key = randomUUID();
+    const first = await client.pay.mutate({ data }, { context: { key } });
+    expect(await client.pay.mutate({ data: nestedSets(500, 2_000) }, { context: { key } })).toEqual(first);
+    const other = await rejectionOf(client.pay.mutate({ data: nestedSets(500, 1_999) }, { context: { key } }));
+    await health.stop();
+    expect(other.data).toMatchObject({ httpStatus: 422, idempotency: { reason: 'payload_mismatch' } });
+    expect(app.executions).toHaveLength(1);
+    expect(health.answers.length).toBeGreaterThan(0);
+    expect(health.answers.every((status) => status === 200)).toBe(true);
+  });
+});
+
+describe('tenant eviction (memory store)', () => {
+  type Ctx = { req: { headers: Record<string, string | string[] | undefined> } };
+
+  /** A server whose `pay` is scoped by the x-user-id header, on a bounded memory store. */
+  async function startTenantServer(options: { maxEntries: number; maxBytes?: number }) {
+    const t = initTRPC.context<Ctx>().meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+    const store = memoryStore(options);
+    const runs = new Map<string, number>();
+    let charges = 0;
+    const userOf = (ctx: Ctx) => String(ctx.req.headers['x-user-id']);
+    const idempotent = withIdempotency(t.procedure, { store, scope: ({ ctx }) => userOf(ctx) });
+    const router = t.router({
+      pay: idempotent
+        .input(z.object({ amount: z.number(), receiptChars: z.number().int().max(1_000_000).default(0) }))
+        .mutation(({ ctx, input }) => {
+          const user = userOf(ctx);
+          runs.set(user, (runs.get(user) ?? 0) + 1);
+          return { chargeId: `ch_${++charges}`, receipt: '.'.repeat(input.receiptChars) };
+        }),
+      health: t.procedure.query(() => 'ok'),
+    });
+    const server = await startServer(router);
+    servers.push(server);
+    return { ...server, router, store, runs };
+  }
+
+  type App = Awaited<ReturnType<typeof startTenantServer>>;
+
+  const pay = async (app: App, user: string, key: string, receiptChars = 0) => {
+    const response = await fetch(`${app.url}/pay`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-user-id': user },
+      body: JSON.stringify({ amount: 1, receiptChars }),
+    });
+    const body = (await response.json()) as { result?: { data: { chargeId: string } } };
+    return { status: response.status, chargeId: body.result?.data.chargeId };
+  };
+
+  /** The attack, `concurrency` requests at a time, while a health check polls the server and the store's accounting is sampled. */
+  async function attack(app: App, requests: number, concurrency: number, receiptChars: number) {
+    const statuses = new Map<number, number>();
+    const health: number[] = [];
+    let most = { size: 0, bytes: 0 };
+    let done = false;
+    const poll = (async () => {
+      while (!done) {
+        health.push((await fetch(`${app.url}/health`)).status);
+        most = { size: Math.max(most.size, app.store.size), bytes: Math.max(most.bytes, app.store.bytes) };
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    })();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < requests) {
+          const { status } = await pay(app, 'attacker', `fresh-${next++}`, receiptChars);
+          statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        }
+      }),
+    );
+    done = true;
+    await poll;
+    return { statuses, health, most };
+  }
+
+  /** The victim's charge through a real tRPC client, and its retry with the same key after the attack. */
+  async function victimSurvives(app: App, during: () => Promise<void>) {
+    const seen: Headers[] = [];
+    const client = createClient<App['router']>(app.url, { seen });
+    const context = { key: randomUUID(), headers: { 'x-user-id': 'victim' } };
+    const first = await client.pay.mutate({ amount: 4200 }, { context });
+    expect(first.chargeId).toMatch(/^ch_/);
+    expect(seen.at(-1)?.get('idempotent-replayed')).toBeNull();
+    await during();
+    const retry = await client.pay.mutate({ amount: 4200 }, { context });
+    expect(retry.chargeId).toBe(first.chargeId); // charged once
+    expect(seen.at(-1)?.get('idempotent-replayed')).toBe('true');
+    expect(app.runs.get('victim')).toBe(1);
+  }
+
+  it('1,200 cheap mutations with fresh keys in one scope (maxEntries 1,000) evict only that scope: the victim retry is replayed', async () => {
+    const app = await startTenantServer({ maxEntries: 1_000 });
+    await victimSurvives(app, async () => {
+      const { statuses, health, most } = await attack(app, 1_200, 4, 0);
+      expect(Object.fromEntries(statuses)).toEqual({ 200: 1_200 });
+      expect(health.length).toBeGreaterThan(0);
+      expect(health.every((status) => status === 200)).toBe(true);
+      expect(most.size).toBeLessThanOrEqual(1_000);
+      expect(app.store.size).toBe(1_000);
+    });
+    expect(app.runs.get('attacker')).toBe(1_200);
+  });
+
+  it('outcomes of about 1 MB in one scope (maxBytes 8 MiB) evict only that scope, and the store stays within its byte budget', async () => {
+    const maxBytes = 8 * 1024 * 1024;
+    const concurrency = 3;
+    const receiptChars = 1_000_000;
+    const app = await startTenantServer({ maxEntries: 1_000, maxBytes });
+    await victimSurvives(app, async () => {
+      const { statuses, health, most } = await attack(app, 40, concurrency, receiptChars);
+      expect(Object.fromEntries(statuses)).toEqual({ 200: 40 });
+      expect(health.every((status) => status === 200)).toBe(true);
+      // the documented bound: beyond maxBytes by at most the outcomes of the claims running
+      expect(most.bytes).toBeLessThanOrEqual(maxBytes + concurrency * (receiptChars + 1_000));
+      expect(app.store.bytes).toBeLessThanOrEqual(maxBytes);
+      expect(app.store.bytes).toBeGreaterThan(maxBytes / 2); // the budget is used, not a few records
+    });
   });
 });
