@@ -47,9 +47,12 @@ const idempotentProcedure: Edit = {
  *
  * Every mutation built from it runs once per Idempotency-Key header: a retry or a double click
  * with the same key gets the stored result of the first call. memoryStore() holds the keys in
- * this process; use the Redis or PostgreSQL store when the app runs on more than one.
+ * this process; use the Redis or PostgreSQL store when the app runs on more than one. There is
+ * no sign-in here, so every caller shares the keys (scope "global"); with one, build it from
+ * protectedProcedure with scope: ({ ctx }) => ctx.session.user.id.
  */
-export const idempotentProcedure = withIdempotency(publicProcedure, { scope: 'global',
+export const idempotentProcedure = withIdempotency(publicProcedure, {
+  scope: "global",
   store: memoryStore(),
   transformer: superjson,
 });
