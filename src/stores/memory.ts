@@ -13,6 +13,7 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): about what V8 takes for
 // the objects, Map slots and string headers around them (a small record measured 640-890 bytes).
@@ -48,22 +49,6 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
-/** What one scope holds, and its place in the heap of scopes that have finished records. */
-interface ScopeUsage {
-  /** The scope part of its ids ({@link scopeOfRecordId}). */
-  name: string;
-  entries: number;
-  bytes: number;
-  /** max(entries / maxEntries, bytes / maxBytes): the heap's key. */
-  share: number;
-  /** Its finished records, oldest first (insertion order is completion order). */
-  finished: Map<string, MemoryRecord>;
-  /** Where the search for the oldest finished record resumes (see makeRoom). */
-  oldest: MapIterator<[string, MemoryRecord]> | undefined;
-  /** Its index in `heap`, -1 while it has no finished record. */
-  at: number;
-}
-
 interface MemoryRecord {
   state: RecordState;
   fingerprint: string;
@@ -71,7 +56,7 @@ interface MemoryRecord {
   body: string | undefined;
   expiresAt: number;
   bytes: number;
-  scope: ScopeUsage;
+  scope: ScopeUsage<MemoryRecord>;
 }
 
 interface MemorySteps {
@@ -79,7 +64,7 @@ interface MemorySteps {
   steps: RecordedStep[];
   expiresAt: number;
   bytes: number;
-  scope: ScopeUsage;
+  scope: ScopeUsage<MemoryRecord>;
 }
 
 export interface MemoryStore extends IdempotencyStore {
@@ -141,99 +126,18 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const listeners = new Map<string, Set<() => void>>();
   const evictionListeners = new Set<(id: string) => void>();
 
-  // Usage, in total and per scope. `heap` is a max-heap by share of the scopes that have a
-  // finished record: the scope room is taken from is found in O(1), kept in O(log scopes).
-  let entries = 0;
-  let bytes = 0;
-  const scopes = new Map<string, ScopeUsage>();
-  const heap: ScopeUsage[] = [];
-
-  function place(s: ScopeUsage, i: number) {
-    heap[i] = s;
-    s.at = i;
-  }
-  function siftUp(s: ScopeUsage) {
-    let i = s.at;
-    while (i > 0) {
-      const parent = heap[(i - 1) >> 1]!;
-      if (parent.share >= s.share) break;
-      place(parent, i);
-      i = (i - 1) >> 1;
-    }
-    place(s, i);
-  }
-  function siftDown(s: ScopeUsage) {
-    let i = s.at;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= heap.length) break;
-      const c = left + 1 < heap.length && heap[left + 1]!.share > heap[left]!.share ? left + 1 : left;
-      const child = heap[c]!;
-      if (child.share <= s.share) break;
-      place(child, i);
-      i = c;
-    }
-    place(s, i);
-  }
-  function unheap(s: ScopeUsage) {
-    const last = heap.pop()!;
-    if (last !== s) {
-      place(last, s.at);
-      siftUp(last);
-      siftDown(last);
-    }
-    s.at = -1;
-  }
-
-  function usage(name: string): ScopeUsage {
-    let s = scopes.get(name);
-    if (s === undefined) {
-      s = { name, entries: 0, bytes: 0, share: 0, finished: new Map(), oldest: undefined, at: -1 };
-      scopes.set(name, s);
-    }
-    return s;
-  }
-
-  /** Counts `dEntries` entries and `dBytes` bytes more (or fewer) for `s`; a scope left empty is forgotten. */
-  function account(s: ScopeUsage, dEntries: number, dBytes: number) {
-    entries += dEntries;
-    bytes += dBytes;
-    s.entries += dEntries;
-    s.bytes += dBytes;
-    const share = Math.max(s.entries / maxEntries, s.bytes / maxBytes);
-    const grew = share > s.share;
-    s.share = share;
-    if (s.at >= 0) {
-      if (grew) siftUp(s);
-      else siftDown(s);
-    } else if (s.entries === 0) {
-      scopes.delete(s.name);
-    }
-  }
-
-  function finished(id: string, rec: MemoryRecord) {
-    const s = rec.scope;
-    s.finished.set(id, rec);
-    if (s.at < 0) {
-      s.at = heap.length;
-      heap.push(s);
-      siftUp(s);
-    }
-  }
+  // Usage, in total and per scope, and which finished record goes first (memory-shares.ts).
+  const shares = new ScopeShares<MemoryRecord>(maxEntries, maxBytes);
 
   function drop(id: string, rec: MemoryRecord) {
     records.delete(id);
-    const s = rec.scope;
-    if (rec.state !== 'in_progress') {
-      s.finished.delete(id);
-      if (s.finished.size === 0) unheap(s);
-    }
-    account(s, -1, -rec.bytes);
+    if (rec.state !== 'in_progress') shares.unfinish(rec.scope, id);
+    shares.account(rec.scope, -1, -rec.bytes);
   }
 
   function dropSteps(id: string, recorded: MemorySteps) {
     stepsOf.delete(id);
-    account(recorded.scope, -1, -recorded.bytes);
+    shares.account(recorded.scope, -1, -recorded.bytes);
   }
 
   // No record expires before this (a lower bound, kept on every write): until
@@ -261,26 +165,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   /**
    * Makes room, at time `t`, for `more` entries and `moreBytes` bytes of the scope `owner` (absent:
-   * one that holds nothing yet). Expired records go first; then the oldest finished record of the
-   * scope with the largest share, unless that share is smaller than the one `owner` would have
-   * with the room it asks for: then `owner`'s own oldest. False when neither is there.
+   * one that holds nothing yet): expired records first, then what the shares allow
+   * (ScopeShares.victim). False when that is not enough.
    */
-  function makeRoom(t: number, more: number, moreBytes: number, owner: ScopeUsage | undefined): boolean {
-    if (entries + more <= maxEntries && bytes + moreBytes <= maxBytes) return true;
+  function makeRoom(t: number, more: number, moreBytes: number, owner: ScopeUsage<MemoryRecord> | undefined): boolean {
+    if (shares.entries + more <= maxEntries && shares.bytes + moreBytes <= maxBytes) return true;
     sweep(t);
-    while (entries + more > maxEntries || bytes + moreBytes > maxBytes) {
-      const wanted =
-        owner === undefined
-          ? Math.max(more / maxEntries, moreBytes / maxBytes)
-          : Math.max((owner.entries + more) / maxEntries, (owner.bytes + moreBytes) / maxBytes);
-      const largest = heap[0];
-      const from = largest !== undefined && largest.share >= wanted ? largest : owner;
-      if (from === undefined || from.at < 0) return false;
-      // Resumed where the last eviction stopped: every entry before it is gone, and a fresh
-      // iterator would step over each deleted slot the Map keeps at its head until it rehashes.
-      let next = (from.oldest ??= from.finished.entries()).next();
-      if (next.done === true) next = (from.oldest = from.finished.entries()).next();
-      const [id, rec] = next.value!;
+    while (shares.entries + more > maxEntries || shares.bytes + moreBytes > maxBytes) {
+      const victim = shares.victim(owner, more, moreBytes);
+      if (victim === undefined) return false;
+      const [id, rec] = victim;
       drop(id, rec);
       for (const listener of evictionListeners) listener(id);
     }
@@ -289,9 +183,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   function full(more: number, moreBytes: number): Error {
     const [taken, option] =
-      entries + more > maxEntries
-        ? [`${entries} of ${maxEntries} entries`, 'maxEntries']
-        : [`${bytes} bytes of ${maxBytes}, and the claim needs ${moreBytes}`, 'maxBytes'];
+      shares.entries + more > maxEntries
+        ? [`${shares.entries} of ${maxEntries} entries`, 'maxEntries']
+        : [`${shares.bytes} bytes of ${maxBytes}, and the claim needs ${moreBytes}`, 'maxBytes'];
     return new Error(
       `memoryStore is full: ${taken}, and none may be evicted for this claim (running claims and recorded steps ` +
         "never are, nor finished records of a scope holding a smaller share of the store than the claim's scope). " +
@@ -322,11 +216,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     name: 'memory',
     get size() {
       sweep();
-      return entries;
+      return shares.entries;
     },
     get bytes() {
       sweep();
-      return bytes;
+      return shares.bytes;
     },
 
     async claim({ id, fingerprint, token, lockTtl, deadline }: ClaimInput): Promise<ClaimResult> {
@@ -343,11 +237,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       if (rec === undefined) {
         const size = recordBytes(id, fingerprint, token, undefined);
         const name = scopeOfRecordId(id);
-        if (!makeRoom(time, 1, size, scopes.get(name))) throw full(1, size);
-        const scope = usage(name);
+        if (!makeRoom(time, 1, size, shares.get(name))) throw full(1, size);
+        const scope = shares.usage(name);
         const expiresAt = time + lockTtl;
         records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt, bytes: size, scope });
-        account(scope, 1, size);
+        shares.account(scope, 1, size);
       } else {
         rec.expiresAt = time + lockTtl;
       }
@@ -380,7 +274,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Never refused for room: a retry would run the operation again. The rule decides what may go.
       if (rec === undefined) {
         const name = scopeOfRecordId(id);
-        makeRoom(t, 1, size, scopes.get(name));
+        makeRoom(t, 1, size, shares.get(name));
         const done: MemoryRecord = {
           state,
           fingerprint,
@@ -388,11 +282,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
           body,
           expiresAt: t + ttl,
           bytes: size,
-          scope: usage(name),
+          scope: shares.usage(name),
         };
         records.set(id, done);
-        account(done.scope, 1, size);
-        finished(id, done);
+        shares.account(done.scope, 1, size);
+        shares.finish(done.scope, id, done);
       } else {
         makeRoom(t, 0, size - rec.bytes, rec.scope);
         // The claim's own record, updated rather than replaced: one object less for the GC to move.
@@ -400,9 +294,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         rec.fingerprint = fingerprint;
         rec.body = body;
         rec.expiresAt = t + ttl;
-        account(rec.scope, 0, size - rec.bytes);
+        shares.account(rec.scope, 0, size - rec.bytes);
         rec.bytes = size;
-        finished(id, rec);
+        shares.finish(rec.scope, id, rec);
       }
       expiring(t + ttl);
       notify(id);
@@ -429,7 +323,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         makeRoom(t, 1, listSize + size, rec.scope);
         recorded = { fingerprint, steps: [], expiresAt: 0, bytes: listSize, scope: rec.scope };
         stepsOf.set(id, recorded);
-        account(rec.scope, 1, listSize);
+        shares.account(rec.scope, 1, listSize);
       } else {
         makeRoom(t, 0, size, rec.scope);
       }
@@ -438,7 +332,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       recorded.steps.push({ name, body });
       recorded.expiresAt = t + ttl;
       recorded.bytes += grown;
-      account(recorded.scope, 0, grown);
+      shares.account(recorded.scope, 0, grown);
       expiring(recorded.expiresAt);
       return 'stored';
     },
