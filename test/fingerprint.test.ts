@@ -136,6 +136,26 @@ describe('fingerprint of shared references and nested Sets', () => {
     }
   });
 
+  it('a shared object whose encoding is long but cheap to count (an array of numbers, one long key) is walked once, and its references are bounded', () => {
+    const numbers = Array.from({ length: 100_000 }, () => 0);
+    const longKey = { ['k'.repeat(500_000)]: 0 };
+    for (const shared of [numbers, longKey]) {
+      const references = Array.from({ length: 50_000 }, () => shared);
+      // Walked again at each reference, these would build gigabytes of text; they are refused after a few.
+      expect(() => fingerprint('op', { references })).toThrow(/shared references/);
+      expect(fingerprint('op', { references: references.slice(0, 3) })).toBe(
+        fingerprint('op', { references: JSON.parse(JSON.stringify(references.slice(0, 3))) }),
+      );
+    }
+    // Keys left out are counted too: a shared object of 100,000 excluded keys is sorted once, not at each reference.
+    const excluded = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`nonce${i}`, i]));
+    const exclude = new Set(Object.keys(excluded));
+    const many = Array.from({ length: 10_000 }, () => excluded);
+    expect(fingerprint('op', { many }, exclude)).toBe(
+      fingerprint('op', { many: Array.from({ length: 10_000 }, () => ({})) }, exclude),
+    );
+  });
+
   it('sharing never changes a fingerprint: a shared object fingerprints as its copies do', () => {
     const dag = { data: sharedTwice(12) };
     const tree: unknown = JSON.parse(JSON.stringify(dag));

@@ -21,12 +21,13 @@ export const MAX_FINGERPRINT_SHARED = 1_048_576;
 const MAX_ENTRY_CHARS = 64;
 
 /**
- * An object whose fields, with everything below them, took at least this much
- * work (fields plus string characters) to encode is remembered, by identity,
- * for the rest of the walk: met again through another reference, its encoding
- * is reused instead of walking it again. Small objects are not, as the first
- * Map write for an object costs it an identity hash, which costs more than
- * walking it.
+ * An object whose encoding took at least this much work (each value, key and
+ * key character, and each character of a string), or came out at least this
+ * long, is remembered, by identity, for the rest of the walk: met again
+ * through another reference, its encoding is reused instead of walking it
+ * again. So an object walked again is a short one (each reference in the body
+ * costs at most this much); and small objects are not remembered, as the
+ * first Map write for an object costs it an identity hash, more than a walk.
  */
 const MEMO_WORK = 64;
 
@@ -83,15 +84,23 @@ class Walk {
         this.work += value.length;
         return quote(value);
       case 'number':
+        this.work++;
         return `d${value}`;
       case 'boolean':
+        this.work++;
         return value ? 't' : 'f';
       case 'undefined':
+        this.work++;
         return 'u';
-      case 'bigint':
-        return `i${value}`;
+      case 'bigint': {
+        const digits = String(value);
+        this.work += digits.length;
+        return `i${digits}`;
+      }
       case 'object':
-        return value === null ? 'n' : this.object(value);
+        if (value !== null) return this.object(value);
+        this.work++;
+        return 'n';
       default:
         throw new IdempotencyError(
           'input_unsupported',
@@ -123,7 +132,7 @@ class Walk {
     ancestors.push(value);
     const out = this.kind(value);
     ancestors.pop();
-    if (this.work - before >= MEMO_WORK) memo.set(value, out);
+    if (this.work - before >= MEMO_WORK || out.length >= MEMO_WORK) memo.set(value, out);
     return out;
   }
 
@@ -200,10 +209,11 @@ class Walk {
     // Own enumerable keys only, read and never assigned: a key named
     // `__proto__` is data here, not a prototype.
     const keys = Object.keys(value).sort();
-    this.work += keys.length;
     let out = open;
     let first = true;
     for (const k of keys) {
+      // Every key was sorted and is read, even one left out: it counts.
+      this.work += 1 + k.length;
       if (exclude?.has(k)) continue;
       const v = (value as Record<string, unknown>)[k];
       // An undefined property is absent, as it is on the JSON wire.
