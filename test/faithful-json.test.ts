@@ -48,6 +48,35 @@ describe('faithful JSON (results stored without a data transformer)', () => {
     expect(back.re).toEqual(/a+b/giu);
   });
 
+  it('as JSON.stringify: an own toJSON() comes first (a Map subclass, a Date with its own), and is not called on what it returned', () => {
+    class Tally extends Map<string, number> {
+      toJSON() {
+        return Object.fromEntries(this);
+      }
+    }
+    const late = new Date(0);
+    Object.defineProperty(late, 'toJSON', { value: () => 'the epoch' });
+    const twice = { toJSON: () => Object.create({ toJSON: () => 'again' }, { kept: { value: 1, enumerable: true } }) };
+    for (const value of [new Tally([['a', 1]]), late, twice, Object.assign([1, 2], { toJSON: () => 'array' })]) {
+      // what the client receives, and what a replay serializes to, are the same
+      expect(JSON.stringify(roundTrip({ value }))).toBe(JSON.stringify({ value }));
+    }
+  });
+
+  it('a stored body that names a prototype, or fields that are not its own, is refused, and pollutes nothing', () => {
+    const tampered = [
+      '~[{}, [[["constructor", "prototype", "polluted"], "undefined"]]]',
+      '~[{}, [[["__proto__", "polluted"], "undefined"]]]',
+      '~[{"a": {}}, [[["a", "toString"], "date"]]]',
+      '~[{"a": 1}, [[["a"], "eval"]]]',
+      '~[{"a": 1}, "tags"]',
+      '~{"not": "a pair"}',
+    ];
+    for (const body of tampered) expect(() => deserializeFaithfully(body)).toThrow(/malformed/);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(Object.hasOwn(Object.prototype, 'polluted')).toBe(false);
+  });
+
   it('other objects are kept as JSON gives them (the client receives the same); functions, symbols and cycles throw', () => {
     class Money {
       constructor(readonly cents: number) {}

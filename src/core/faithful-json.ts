@@ -31,24 +31,63 @@ export function serializeFaithfully(value: unknown): string {
   return tags.length === 0 ? JSON.stringify(json) : `${TAGGED}${JSON.stringify([json, tags])}`;
 }
 
+const TAGS: ReadonlySet<string> = new Set<Tag>([
+  'undefined',
+  'hole',
+  'number',
+  'bigint',
+  'date',
+  'map',
+  'set',
+  'regexp',
+]);
+
 export function deserializeFaithfully(body: string): unknown {
   if (body === '') return undefined;
   if (body.charCodeAt(0) !== 0x7e) return JSON.parse(body);
-  const [json, tags] = JSON.parse(body.slice(1)) as [unknown, [Path, Tag][]];
-  const root = { value: json };
+  const pair: unknown = JSON.parse(body.slice(1));
+  if (!Array.isArray(pair) || pair.length !== 2 || !Array.isArray(pair[1])) throw malformed();
+  const tags = pair[1] as unknown[];
+  const root: Record<string, unknown> = { value: pair[0] };
   // Deepest first: a Map or Set is built from entries already put back.
-  tags.sort((a, b) => b[0].length - a[0].length);
-  for (const [path, tag] of tags) {
+  tags.sort((a, b) => pathOf(b).length - pathOf(a).length);
+  for (const entry of tags) {
+    const path = pathOf(entry);
+    const tag = (entry as unknown[])[1];
+    if (typeof tag !== 'string' || !TAGS.has(tag)) throw malformed();
+    // Only through the containers JSON.parse made, by their own fields: a body read from the store
+    // cannot reach a prototype (`constructor`, `__proto__`) however it was written.
     let parent: Record<string | number, unknown> = root;
     let at: string | number = 'value';
     for (const segment of path) {
-      parent = parent[at] as Record<string | number, unknown>;
+      const next = Object.hasOwn(parent, at) ? parent[at] : undefined;
+      if (!isContainer(next)) throw malformed();
+      parent = next;
       at = segment;
     }
+    if (!Object.hasOwn(parent, at)) throw malformed();
     if (tag === 'hole') delete parent[at];
-    else define(parent, at, revive(tag, parent[at]));
+    else define(parent, at, revive(tag as Exclude<Tag, 'hole'>, parent[at]));
   }
   return root.value;
+}
+
+function pathOf(entry: unknown): Path {
+  const path = Array.isArray(entry) ? (entry[0] as unknown) : undefined;
+  if (!Array.isArray(path) || !path.every((s) => typeof s === 'string' || Number.isInteger(s))) throw malformed();
+  return path as Path;
+}
+
+function isContainer(value: unknown): value is Record<string | number, unknown> {
+  if (typeof value !== 'object' || value === null) return false;
+  const proto = Object.getPrototypeOf(value) as object | null;
+  return Array.isArray(value) || proto === Object.prototype || proto === null;
+}
+
+function malformed(): Error {
+  return new Error(
+    'A stored outcome is malformed (its faithful JSON does not describe its own fields); it cannot be replayed.',
+  );
 }
 
 /** True when JSON.stringify writes `value` so that JSON.parse gives it back as it is. */
@@ -63,6 +102,7 @@ function isPlain(value: unknown, depth: number): boolean {
       if (value === null) return true;
       if (depth >= MAX_DEPTH) return false;
       if (Array.isArray(value)) {
+        if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
         for (let i = 0; i < value.length; i++) {
           if (!(i in value) || !isPlain(value[i], depth + 1)) return false;
         }
@@ -89,7 +129,7 @@ function isPlain(value: unknown, depth: number): boolean {
  * The JSON stand-in of `value`, whose path is `path` (a stack, copied only
  * when a tag is recorded), recording in `tags` what it stands for.
  */
-function standIn(value: unknown, path: Path, tags: [Path, Tag][]): unknown {
+function standIn(value: unknown, path: Path, tags: [Path, Tag][], fromToJSON = false): unknown {
   const tag = (what: Tag) => tags.push([path.slice(), what]);
   switch (typeof value) {
     case 'string':
@@ -119,6 +159,13 @@ function standIn(value: unknown, path: Path, tags: [Path, Tag][]): unknown {
     path.pop();
     return out;
   };
+  // As JSON.stringify: an object's own toJSON() first (a Decimal's string, a Map subclass's object), but not
+  // again on what it returned; a Date's own is the one the tag below stands for.
+  const toJSON = (value as { toJSON?: unknown }).toJSON;
+  if (!fromToJSON && typeof toJSON === 'function' && toJSON !== Date.prototype.toJSON) {
+    const last = path.length === 0 ? '' : String(path[path.length - 1]);
+    return standIn((toJSON as (key: string) => unknown).call(value, last), path, tags, true);
+  }
   if (Array.isArray(value)) {
     const out: unknown[] = [];
     for (let i = 0; i < value.length; i++) {
@@ -132,12 +179,13 @@ function standIn(value: unknown, path: Path, tags: [Path, Tag][]): unknown {
     }
     return out;
   }
-  if (value instanceof Date) {
+  if (fromToJSON) {
+    // What a toJSON() returned is written as an object of its own fields, whatever its class.
+  } else if (value instanceof Date) {
     tag('date');
     const time = value.getTime();
     return Number.isNaN(time) ? null : time;
-  }
-  if (value instanceof Map) {
+  } else if (value instanceof Map) {
     tag('map');
     const entries: unknown[] = [];
     for (const [k, v] of value) {
@@ -146,24 +194,17 @@ function standIn(value: unknown, path: Path, tags: [Path, Tag][]): unknown {
       path.pop();
     }
     return entries;
-  }
-  if (value instanceof Set) {
+  } else if (value instanceof Set) {
     tag('set');
     const items: unknown[] = [];
     for (const item of value) items.push(below(items.length, item));
     return items;
-  }
-  if (value instanceof RegExp) {
+  } else if (value instanceof RegExp) {
     tag('regexp');
     return [value.source, value.flags];
   }
-  // Any other object is what JSON makes of it, as the client receives it: its toJSON() (a Decimal's
-  // string), else its own fields. A server-side caller gets that form back, not the class.
-  const toJSON = (value as { toJSON?: unknown }).toJSON;
-  if (typeof toJSON === 'function') {
-    const last = path.length === 0 ? '' : String(path[path.length - 1]);
-    return standIn((toJSON as (key: string) => unknown).call(value, last), path, tags);
-  }
+  // Any other object is what JSON makes of it, as the client receives it: its own fields. A
+  // server-side caller gets that form back, not the class.
   const out: Record<string, unknown> = {};
   for (const key of Object.keys(value)) define(out, key, below(key, (value as Record<string, unknown>)[key]));
   return out;
