@@ -67,6 +67,10 @@ function routers(store: IdempotencyStore) {
   let refused = 0;
   class Declined extends Error {
     override name = 'Declined';
+    readonly status = 402;
+    // What an HTTP client's error carries: not kept, so that it does not sit in the store
+    readonly config = { headers: { authorization: 'Bearer SECRET-TOKEN' } };
+    readonly responseBody = 'x'.repeat(5_000);
     constructor(readonly reasonCode: string) {
       super(`declined: ${reasonCode}`);
     }
@@ -208,9 +212,9 @@ describe.each(stores)('on the %s store', (_name, makeStore) => {
     }
   });
 
-  it('a stored 4xx is replayed with the name, message and fields of its cause, so an errorFormatter derives the same data', async () => {
+  it('a stored 4xx is replayed with the name, message and scalar fields of its cause, so an errorFormatter derives the same data', async () => {
     for (const variant of ['plain', 'withSuperjson'] as const) {
-      const { store } = recording(makeStore());
+      const { store, bodies } = recording(makeStore());
       const app = routers(store);
       const caller = initTRPC.context<Ctx>().create().createCallerFactory(app[variant])({ key: randomUUID() });
       const errors: TRPCError[] = [];
@@ -227,9 +231,38 @@ describe.each(stores)('on the %s store', (_name, makeStore) => {
       expect(replayed.message).toBe(first.message);
       expect(replayed.cause?.name).toBe('Declined');
       expect(replayed.cause?.message).toBe(first.cause?.message);
-      expect((replayed.cause as unknown as { reasonCode?: string }).reasonCode).toBe('insufficient_funds');
+      expect(replayed.cause).toMatchObject({ reasonCode: 'insufficient_funds', status: 402 });
+      // objects and long strings of the cause are not stored: a request's headers, a response body
+      expect(replayed.cause).not.toHaveProperty('config');
+      expect(replayed.cause).not.toHaveProperty('responseBody');
+      expect(bodies.join('')).not.toMatch(/SECRET-TOKEN|x{1000}/);
       expect(app.refused()).toBe(1);
     }
+  });
+});
+
+describe('a stored 4xx is bounded as a result is', () => {
+  it('a 4xx whose message exceeds maxResponseBytes: its caller gets it, retries get response_too_large, it never runs twice', async () => {
+    const t = initTRPC.context<Ctx>().meta<IdempotencyMeta>().create();
+    let runs = 0;
+    const router = t.router({
+      pay: withIdempotency(t.procedure, {
+        store: memoryStore(),
+        scope: 'global',
+        getKey: ({ ctx }) => ctx.key,
+        maxResponseBytes: 10_000,
+      }).mutation(() => {
+        runs++;
+        throw new TRPCError({ code: 'BAD_REQUEST', message: `declined: ${'x'.repeat(20_000)}` });
+      }),
+    });
+    const caller = t.createCallerFactory(router)({ key: randomUUID() });
+    await expect(caller.pay()).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+    await expect(caller.pay()).rejects.toMatchObject({
+      code: 'INTERNAL_SERVER_ERROR',
+      cause: { reason: 'response_too_large' },
+    });
+    expect(runs).toBe(1);
   });
 });
 

@@ -1,6 +1,6 @@
 import type { OutcomeCodec } from './codec.js';
 import { isRetryable } from './errors.js';
-import { encodeResult } from './outcome.js';
+import { byteLengthExceeds, encodeResult, TOO_LARGE_BODY } from './outcome.js';
 
 /** What an operation ended with: its value, or what it threw. */
 export type Outcome<T = unknown> = { ok: true; value: T } | { ok: false; error: unknown };
@@ -37,7 +37,7 @@ export interface ClassifyPolicy {
  * | a value the codec can store within maxResponseBytes | store `completed` |
  * | a value too large, a stream, or one the codec cannot serialize | store a `failed` marker (transaction: release) |
  * | an error marked `retryable()` | release |
- * | an error the codec stores (a tRPC 4xx) | store `failed` |
+ * | an error the codec stores (a tRPC 4xx) | store `failed` (over maxResponseBytes: a `failed` marker; transaction: release) |
  * | any other error (5xx, 408/409/429/499, unserializable) | release |
  */
 export function classify(outcome: Outcome, codec: OutcomeCodec<unknown>, policy: ClassifyPolicy): Settlement {
@@ -49,11 +49,18 @@ export function classify(outcome: Outcome, codec: OutcomeCodec<unknown>, policy:
   }
   const { error } = outcome;
   if (isRetryable(error)) return { kind: 'release', reason: 'retryable' };
+  let body: string | undefined;
   try {
-    const body = codec.serializeError(error);
-    if (body !== undefined) return { kind: 'store', state: 'failed', body };
+    body = codec.serializeError(error);
   } catch {
     // An error that cannot be serialized is released, like a 5xx.
   }
-  return { kind: 'release', reason: 'error' };
+  if (body === undefined) return { kind: 'release', reason: 'error' };
+  // A stored error is bounded as a result is: too large, it is recorded as ran (or released, rolled back).
+  if (byteLengthExceeds(body, policy.maxResponseBytes)) {
+    return policy.transaction
+      ? { kind: 'release', reason: 'response_too_large' }
+      : { kind: 'store', state: 'failed', body: TOO_LARGE_BODY, reason: 'response_too_large' };
+  }
+  return { kind: 'store', state: 'failed', body };
 }

@@ -65,7 +65,8 @@ function isStream(value: unknown): boolean {
   );
 }
 
-function byteLengthExceeds(body: string, max: number): boolean {
+/** Whether `body` takes more than `max` bytes in UTF-8. */
+export function byteLengthExceeds(body: string, max: number): boolean {
   // A UTF-16 code unit is 1 to 3 UTF-8 bytes: skip the exact count when the length decides.
   if (body.length > max) return true;
   if (body.length * 3 <= max) return false;

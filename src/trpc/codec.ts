@@ -9,11 +9,16 @@ import { deserializeFaithfully, serializeFaithfully } from '../core/faithful-jso
  */
 export const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([408, 409, 429, 499]);
 
+/** Cause fields kept: scalars, strings up to this long (a `reasonCode`, a `declineCode`), not a request's data. */
+const MAX_FIELD_CHARS = 1_024;
+
+type Scalar = string | number | boolean | null;
+
 interface StoredError {
   code: TRPCError['code'];
   message: string;
-  /** The error's cause: its name, message and own enumerable fields (serialized as results are). */
-  cause?: { name: string; message: string; fields?: string };
+  /** The error's cause: its name, message and own enumerable fields of scalar value. */
+  cause?: { name: string; message: string; fields?: Record<string, Scalar> };
 }
 
 /**
@@ -22,7 +27,7 @@ interface StoredError {
  * Date, BigInt or Map), else as JSON that gives back Dates, Maps, Sets,
  * BigInts and undefined as they were (see faithful-json.ts). A `TRPCError`
  * with a 4xx status is stored and replayed as the same error, with the name,
- * message and fields of its cause; any other failure releases the key.
+ * message and scalar fields of its cause; any other failure releases the key.
  */
 export function trpcCodec(transformer: TRPCCombinedDataTransformer | undefined): OutcomeCodec<unknown> {
   const output = transformer === undefined || isIdentity(transformer) ? undefined : transformer.output;
@@ -49,46 +54,48 @@ export function trpcCodec(transformer: TRPCCombinedDataTransformer | undefined):
       if (cause instanceof Error) {
         stored.cause = { name: cause.name, message: cause.message };
         const fields = fieldsOf(cause);
-        if (fields !== undefined) {
-          try {
-            stored.cause.fields = serialize(fields);
-          } catch {
-            // Fields with no stored form: the cause keeps its name and message.
-          }
-        }
+        if (fields !== undefined) stored.cause.fields = fields;
       }
       return JSON.stringify(stored);
     },
     deserializeError(body) {
       const stored = JSON.parse(body) as StoredError;
-      const cause = stored.cause === undefined ? undefined : rebuildCause(stored.cause, deserialize);
+      const cause = stored.cause === undefined ? undefined : rebuildCause(stored.cause);
       return new TRPCError({ code: stored.code, message: stored.message, ...(cause === undefined ? {} : { cause }) });
     },
   };
 }
 
-/** The own enumerable fields of an error (a `reasonCode`, a `declineCode`...), or undefined if it has none. */
-function fieldsOf(error: Error): Record<string, unknown> | undefined {
-  const keys = Object.keys(error).filter((key) => key !== 'stack' && key !== 'message' && key !== 'name');
-  if (keys.length === 0) return undefined;
-  const fields: Record<string, unknown> = {};
-  for (const key of keys) {
-    Object.defineProperty(fields, key, {
-      value: (error as unknown as Record<string, unknown>)[key],
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
+/**
+ * The own enumerable fields of an error whose values are scalars (strings up
+ * to MAX_FIELD_CHARS, finite numbers, booleans, null), or undefined if it has
+ * none: what a formatter reads (a `reasonCode`), not what it carries (a
+ * request's config and headers, a response body), which would sit in the
+ * store for `ttl`.
+ */
+function fieldsOf(error: Error): Record<string, Scalar> | undefined {
+  let fields: Record<string, Scalar> | undefined;
+  for (const key of Object.keys(error)) {
+    if (key === 'stack' || key === 'message' || key === 'name') continue;
+    const value = (error as unknown as Record<string, unknown>)[key];
+    const scalar =
+      value === null ||
+      typeof value === 'boolean' ||
+      (typeof value === 'number' && Number.isFinite(value)) ||
+      (typeof value === 'string' && value.length <= MAX_FIELD_CHARS);
+    if (!scalar) continue;
+    fields ??= {};
+    Object.defineProperty(fields, key, { value, enumerable: true, writable: true, configurable: true });
   }
   return fields;
 }
 
 /** An `Error` with the stored name, message and fields: not the original class, nor its stack. */
-function rebuildCause(stored: NonNullable<StoredError['cause']>, deserialize: (body: string) => unknown): Error {
+function rebuildCause(stored: NonNullable<StoredError['cause']>): Error {
   const cause = new Error(stored.message);
   Object.defineProperty(cause, 'name', { value: stored.name, writable: true, configurable: true, enumerable: false });
-  if (stored.fields !== undefined) {
-    const fields = deserialize(stored.fields) as Record<string, unknown>;
+  const fields = stored.fields;
+  if (typeof fields === 'object' && fields !== null) {
     for (const key of Object.keys(fields)) {
       Object.defineProperty(cause, key, { value: fields[key], writable: true, configurable: true, enumerable: true });
     }
