@@ -246,6 +246,23 @@ describe('memory store bounds', () => {
     store.close();
   });
 
+  it('running claims of one scope do not make a third scope evict another: the newcomer is refused instead', async () => {
+    const store = memoryStore({ maxEntries: 10 });
+    const evicted = evictionsOf(store);
+    // the hog holds the largest share, all of it running claims; the victim holds finished records
+    for (let i = 0; i < 7; i++) {
+      const id = recordId('hog', 'pay', `k${i}`);
+      await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG });
+    }
+    for (let i = 0; i < 3; i++) await finish(store, recordId('victim', 'pay', `k${i}`));
+    await expect(
+      store.claim({ id: recordId('newcomer', 'pay', 'k0'), fingerprint: 'fp', token: 't', lockTtl: LONG }),
+    ).rejects.toThrow(/memoryStore is full/);
+    expect(evicted).toEqual([]);
+    for (let i = 0; i < 3; i++) expect(await replayed(store, recordId('victim', 'pay', `k${i}`))).toBe(true);
+    store.close();
+  });
+
   it('expired records go first, before any finished record is evicted', async () => {
     let time = 0;
     const store = memoryStore({ maxEntries: 3, now: () => time });

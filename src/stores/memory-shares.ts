@@ -5,9 +5,12 @@
  * A scope's share is max(entries / maxEntries, bytes / maxBytes), its running
  * claims and steps counted. Room is taken from the scope with the largest
  * share, oldest finished record first, but never for a scope whose share,
- * with the room it asks for, is larger: that one gives up its own. So a scope
- * that fills the store evicts only its own records, and no caller sending
- * fresh keys can make another caller's retry run again.
+ * with the room it asks for, is larger: that one gives up its own. When the
+ * largest has nothing finished (its records are running claims), the scope
+ * asking gives up its own, or gets no room: no other scope pays for it. So a
+ * scope that fills the store evicts only its own records, and no caller
+ * sending fresh keys (or holding many claims) can make another caller's
+ * retry run again.
  */
 
 /** A finished (completed or failed) record, as a scope keeps it for eviction. */
@@ -27,7 +30,7 @@ export interface ScopeUsage<R extends Finished = Finished> {
   readonly finished: Map<string, R>;
   /** Where the search for the oldest finished record resumes (see `oldestOf`). */
   oldest: MapIterator<[string, R]> | undefined;
-  /** Its index in the heap, -1 while it has no finished record. */
+  /** Its index in the heap, -1 while it holds nothing. */
   at: number;
 }
 
@@ -36,7 +39,7 @@ export class ScopeShares<R extends Finished> {
   entries = 0;
   bytes = 0;
   readonly #scopes = new Map<string, ScopeUsage<R>>();
-  /** A max-heap by share of the scopes that have a finished record: the largest in O(1), kept in O(log scopes). */
+  /** A max-heap by share of the scopes that hold anything: the largest in O(1), kept in O(log scopes). */
   readonly #heap: ScopeUsage<R>[] = [];
 
   constructor(
@@ -68,36 +71,36 @@ export class ScopeShares<R extends Finished> {
     const share = Math.max(s.entries / this.maxEntries, s.bytes / this.maxBytes);
     const grew = share > s.share;
     s.share = share;
-    if (s.at >= 0) {
-      if (grew) this.#siftUp(s);
-      else this.#siftDown(s);
-    } else if (s.entries === 0) {
+    if (s.entries === 0) {
+      if (s.at >= 0) this.#unheap(s);
       this.#scopes.delete(s.name);
+    } else if (s.at < 0) {
+      s.at = this.#heap.length;
+      this.#heap.push(s);
+      this.#siftUp(s);
+    } else if (grew) {
+      this.#siftUp(s);
+    } else {
+      this.#siftDown(s);
     }
   }
 
   /** `rec`, of scope `s`, is finished: it may be evicted from now on. */
   finish(s: ScopeUsage<R>, id: string, rec: R): void {
     s.finished.set(id, rec);
-    if (s.at < 0) {
-      s.at = this.#heap.length;
-      this.#heap.push(s);
-      this.#siftUp(s);
-    }
   }
 
-  /** `rec`, a finished record of scope `s`, is gone (expired, evicted, or its claim taken over). */
+  /** A finished record of scope `s` is gone (expired or evicted). */
   unfinish(s: ScopeUsage<R>, id: string): void {
     s.finished.delete(id);
-    if (s.finished.size === 0) this.#unheap(s);
   }
 
   /**
    * The finished record to evict so that scope `owner` (undefined: one that
    * holds nothing yet) gets `more` entries and `moreBytes` bytes: the oldest
-   * of the scope with the largest share, unless that share is smaller than
-   * the one `owner` would have with the room it asks for: then `owner`'s own
-   * oldest. Undefined when neither is there.
+   * of the scope with the largest share, when it has one and that share is
+   * not smaller than the one `owner` would have with the room it asks for;
+   * else `owner`'s own oldest. Undefined when that is not there either.
    */
   victim(owner: ScopeUsage<R> | undefined, more: number, moreBytes: number): [string, R] | undefined {
     const wanted =
@@ -105,8 +108,8 @@ export class ScopeShares<R extends Finished> {
         ? Math.max(more / this.maxEntries, moreBytes / this.maxBytes)
         : Math.max((owner.entries + more) / this.maxEntries, (owner.bytes + moreBytes) / this.maxBytes);
     const largest = this.#heap[0];
-    const from = largest !== undefined && largest.share >= wanted ? largest : owner;
-    if (from === undefined || from.at < 0) return undefined;
+    const from = largest !== undefined && largest.finished.size > 0 && largest.share >= wanted ? largest : owner;
+    if (from === undefined || from.finished.size === 0) return undefined;
     // Resumed where the last eviction stopped: every entry before it is gone, and a fresh
     // iterator would step over each deleted slot the Map keeps at its head until it rehashes.
     let next = (from.oldest ??= from.finished.entries()).next();

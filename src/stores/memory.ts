@@ -91,9 +91,10 @@ const recordBytes = (id: string, fingerprint: string, token: string | undefined,
  * counting its running claims and steps. When either limit is reached,
  * expired records go first; then the oldest finished record of the scope
  * with the largest share (each an `evicted` event), but never to make room
- * for a scope whose share, with the new record, is larger than that one's:
- * such a scope evicts its own oldest instead, so a scope that fills the
- * store evicts only its own records. Running claims and steps are never
+ * for a scope whose share, with the new record, is larger than that one's,
+ * nor when that scope has nothing finished: the scope asking then evicts its
+ * own oldest, so a scope that fills the store evicts only its own records
+ * (memory-shares.ts). Running claims and steps are never
  * evicted. A new claim that finds no room is refused (the engine answers
  * 503); a completion or step of a held claim never is (a retry would run it
  * again), so the store may exceed its limits by the outcomes and steps of
