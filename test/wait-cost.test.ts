@@ -70,26 +70,32 @@ function duplicates(engine: IdempotencyEngine, key: string, onRun: () => void) {
   );
 }
 
+/** A holder of a fresh key that settles with `settle` once let go, and N duplicates that wait WAIT_MS for it. */
+async function holdAndWait(settle: () => unknown) {
+  const { engine, store } = await engineOn(client());
+  const key = randomUUID();
+  const release = gate();
+  let runs = 0;
+  const before = await commandCalls(admin);
+  const holder = engine.run({ key, name: 'pay', payload: { amount: 500 } }, async () => {
+    runs++;
+    await release.opened;
+    return settle();
+  });
+  await claimed(store, key);
+  const waiters = duplicates(engine, key, () => runs++);
+  await sleep(WAIT_MS);
+  release.open();
+  return { holder, waiters, before, runs: () => runs };
+}
+
 describe(`${N} duplicates waiting on one key (Redis)`, () => {
   it('a holder that completes: every duplicate replays it; O(1) HSETs, a few scripts per waiter', async () => {
-    const { engine, store } = await engineOn(client());
-    const key = randomUUID();
-    const release = gate();
-    let runs = 0;
-    const before = await commandCalls(admin);
-    const holder = engine.run({ key, name: 'pay', payload: { amount: 500 } }, async () => {
-      runs++;
-      await release.opened;
-      return RESULT;
-    });
-    await claimed(store, key);
-    const waiters = duplicates(engine, key, () => runs++);
-    await sleep(WAIT_MS);
-    release.open();
+    const { holder, waiters, before, runs } = await holdAndWait(() => RESULT);
     const results = await Promise.all(waiters);
     expect(await holder).toEqual({ value: RESULT, replayed: false });
     for (const result of results) expect(result).toEqual({ value: RESULT, replayed: true });
-    expect(runs).toBe(1);
+    expect(runs()).toBe(1);
 
     const spent = delta(before, await commandCalls(admin));
     // The holder's claim and completion are 2 of the scripts; the rest are the waiters'.
@@ -109,23 +115,12 @@ describe(`${N} duplicates waiting on one key (Redis)`, () => {
   });
 
   it('a holder that releases the key (a 5xx-like error): one duplicate runs it, the others replay that', async () => {
-    const { engine, store } = await engineOn(client());
-    const key = randomUUID();
-    const release = gate();
-    let runs = 0;
-    const before = await commandCalls(admin);
-    const holder = engine.run({ key, name: 'pay', payload: { amount: 500 } }, async () => {
-      runs++;
-      await release.opened;
+    const { holder, waiters, before, runs } = await holdAndWait(() => {
       throw new Error('downstream unavailable');
     });
-    await claimed(store, key);
-    const waiters = duplicates(engine, key, () => runs++);
-    await sleep(WAIT_MS);
-    release.open();
     await expect(holder).rejects.toThrow('downstream unavailable');
     const results = await Promise.all(waiters);
-    expect(runs).toBe(2); // the holder, then the one duplicate that took the released key
+    expect(runs()).toBe(2); // the holder, then the one duplicate that took the released key
     for (const result of results) expect(result.value).toEqual(RESULT);
     expect(results.filter((r) => !r.replayed)).toHaveLength(1);
 

@@ -1,4 +1,5 @@
 import { IdempotencyError } from './errors.js';
+import { byteLengthExceeds } from './outcome.js';
 
 /** The longest key accepted, as in the IETF `Idempotency-Key` draft and Stripe. */
 export const MAX_KEY_LENGTH = 255;
@@ -69,8 +70,15 @@ function invalid(message: string): IdempotencyError {
 // which a PostgreSQL text column cannot hold; and lone surrogates (as %uD800),
 // since stores and SHA-256 encode ids as UTF-8, which turns every one of
 // them into U+FFFD, so `team-\uD800` and `team-\uFFFD` would share a record.
-const needsEscape = /[%:{}\0]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const LONE_SURROGATE = '[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|(?<![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]';
+const loneSurrogate = new RegExp(LONE_SURROGATE);
+const needsEscape = new RegExp(`[%:{}\\0]|${LONE_SURROGATE}`);
 const toEscape = new RegExp(needsEscape.source, 'g');
+
+/** True when `text` is not well-formed Unicode: UTF-8 would turn its lone surrogates into U+FFFD. */
+export function hasLoneSurrogate(text: string): boolean {
+  return loneSurrogate.test(text);
+}
 function escapePart(part: string): string {
   return needsEscape.test(part)
     ? part.replace(toEscape, (ch) => {
@@ -106,16 +114,12 @@ export const MAX_RECORD_ID_BYTES = 2_048;
  */
 export function boundedRecordId(scope: string | undefined, name: string, key: string): string {
   const id = recordId(scope, name, key);
-  // A UTF-16 code unit is at most 3 UTF-8 bytes: count them only when the length cannot decide.
-  if (id.length * 3 > MAX_RECORD_ID_BYTES) {
-    const bytes = Buffer.byteLength(id);
-    if (bytes > MAX_RECORD_ID_BYTES) {
-      throw new IdempotencyError(
-        'input_unsupported',
-        `The record's identity (scope, operation name and key, escaped) takes ${bytes} bytes, more than the ${MAX_RECORD_ID_BYTES} a store keeps as a key. ` +
-          'Use a shorter scope (a user or tenant id, not a token or an object) or a shorter key.',
-      );
-    }
+  if (byteLengthExceeds(id, MAX_RECORD_ID_BYTES)) {
+    throw new IdempotencyError(
+      'input_unsupported',
+      `The record's identity (scope, operation name and key, escaped) takes ${Buffer.byteLength(id)} bytes, more than the ${MAX_RECORD_ID_BYTES} a store keeps as a key. ` +
+        'Use a shorter scope (a user or tenant id, not a token or an object) or a shorter key.',
+    );
   }
   return id;
 }

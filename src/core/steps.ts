@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { Call, EngineScope } from './call.js';
 import { IdempotencyError, inProgressError, retryable } from './errors.js';
 import { describeError } from './events.js';
+import { hasLoneSurrogate } from './key.js';
 import type { RecordedStep } from './store.js';
 
 /**
@@ -45,14 +46,12 @@ export function deriveStepKey(id: string, name: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 export function checkStepName(name: unknown): asserts name is string {
   if (typeof name !== 'string' || name === '') {
     throw misuse(`A step needs a name, a non-empty string (such as 'charge'); got ${describe(name)}.`);
   }
   // Hashed as UTF-8, a lone surrogate becomes U+FFFD: two such names would derive one downstream key.
-  if (loneSurrogate.test(name)) {
+  if (hasLoneSurrogate(name)) {
     throw misuse(
       `The step name ${describe(name)} is not well-formed Unicode (it holds a lone surrogate). Name the step in plain text.`,
     );
