@@ -1,6 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
-// npm run test:unit: the library against real Redis and PostgreSQL (and the bench's own helpers, test/bench-tools.test.ts).
+// npm run test:unit: test/unit (one module at a time; the bench's own helpers too), test/stores (each store against real Redis and PostgreSQL),
+// test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the client link).
 // The example app's end-to-end suite, the fault suite and the stacks suite have configs of their own.
 export default defineConfig({
   test: {

@@ -3,7 +3,7 @@
  * of its own, through ioredis `Cluster`, behind two app instances: the seed
  * scenarios over HTTP, the concurrency test, and slots migrated (with their
  * keys, by `redis-cli --cluster reshard`) while load runs.
- * test/cluster.test.ts runs the store contract on a cluster; this file does
+ * test/stores/cluster.test.ts runs the store contract on a cluster; this file does
  * not repeat it.
  */
 import { execFile } from 'node:child_process';

@@ -1,0 +1,42 @@
+/**
+ * A claim's renewals and the async context. Renewals share one timer per
+ * delay (core/timing.ts), and a Node.js timer runs its callback in the
+ * context it was created in: armed inside request A, it would run request
+ * B's renewals (their events, their store calls) in A's context, filing them
+ * under A's trace. The queue's timers are armed outside any request, so a
+ * request's renewals never run in another request's context.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { createIdempotencyEngine, memoryStore } from '../../src/index.js';
+import { sleep } from '../helpers/redis.js';
+
+describe('claim renewals and the async context', () => {
+  it('a request’s renewals never run in the context of the request that armed the shared timer', async () => {
+    const request = new AsyncLocalStorage<string>();
+    const owner = new Map<string, string>();
+    const renewals: { of: string; context: string | undefined }[] = [];
+    const engine = createIdempotencyEngine({
+      store: memoryStore(),
+      lockTtl: 300, // renewed every 100 ms
+      onEvent: (event) => {
+        if (event.result === 'acquired') owner.set(event.keyHash!, request.getStore()!);
+        if (event.result === 'renewed') renewals.push({ of: owner.get(event.keyHash!)!, context: request.getStore() });
+      },
+    });
+    await Promise.all(
+      ['A', 'B'].map((name, i) =>
+        request.run(name, async () => {
+          await sleep(i * 20); // A arms the shared renewal timer
+          await engine.run({ key: randomUUID(), name: 'op', payload: {} }, () => sleep(400));
+        }),
+      ),
+    );
+    expect(renewals.filter((r) => r.of === 'B').length).toBeGreaterThan(0);
+    for (const renewal of renewals)
+      expect(renewal.context, `a renewal of ${renewal.of}`).not.toBe(otherThan(renewal.of));
+  });
+});
+
+const otherThan = (name: string) => (name === 'A' ? 'B' : 'A');

@@ -1,0 +1,243 @@
+/**
+ * The PostgreSQL store: the contract on a real server (node-postgres) and on
+ * PGlite, then what only PostgreSQL has: purge and transactional mode.
+ */
+import { drizzle } from 'drizzle-orm/node-postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { drizzleStore } from '../../src/drizzle.js';
+import { describeStoreContract } from '../contract/store-contract.js';
+import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from '../helpers/postgres.js';
+import { sleep } from '../helpers/redis.js';
+
+let server: PgSchema;
+let lite: Awaited<ReturnType<typeof pgliteDb>>;
+beforeAll(async () => {
+  [server, lite] = await Promise.all([isolatedSchema('contract'), pgliteDb()]);
+});
+afterAll(async () => {
+  await server?.drop();
+  await lite?.close();
+});
+
+describeStoreContract(
+  'postgres (node-postgres, READ COMMITTED)',
+  () => ({ store: drizzleStore({ db: server.db }), advance: sleep }),
+  { notifies: false },
+);
+
+// Some teams set a stricter default: contended claims then fail with serialization errors, which the store retries.
+for (const level of ['repeatable read', 'serializable'] as const) {
+  let db: ReturnType<typeof drizzle>;
+  let pool: pg.Pool;
+  beforeAll(async () => {
+    pool = poolAtIsolation(server, level);
+    db = drizzle(pool);
+    const { rows } = await pool.query<{ transaction_isolation: string }>('show transaction_isolation');
+    expect(rows[0]?.transaction_isolation).toBe(level);
+  });
+  afterAll(() => pool?.end());
+  describeStoreContract(
+    `postgres (node-postgres, ${level.toUpperCase()})`,
+    () => ({ store: drizzleStore({ db }), advance: sleep }),
+    { notifies: false },
+  );
+}
+
+describeStoreContract('postgres (PGlite)', () => ({ store: drizzleStore({ db: lite.db }), advance: sleep }), {
+  notifies: false,
+});
+
+describe('purgeExpired', () => {
+  it('deletes expired rows in batches and leaves live claims and outcomes alone', async () => {
+    const schema = await isolatedSchema('purge');
+    try {
+      const store = drizzleStore({ db: schema.db });
+      for (let i = 0; i < 3; i++) {
+        await store.claim({ id: `done-${i}`, fingerprint: 'fp', token: `t${i}`, lockTtl: 60_000 });
+        await store.complete({
+          fingerprint: 'fp',
+          id: `done-${i}`,
+          token: `t${i}`,
+          state: 'completed',
+          body: 'kept',
+          ttl: 60_000,
+        });
+      }
+      for (let i = 0; i < 2; i++)
+        await store.claim({ id: `running-${i}`, fingerprint: 'fp', token: 'r', lockTtl: 60_000 });
+      for (let i = 0; i < 5; i++) {
+        await store.claim({ id: `stale-${i}`, fingerprint: 'fp', token: 's', lockTtl: 200 });
+        if (i % 2 === 0)
+          await store.complete({
+            fingerprint: 'fp',
+            id: `stale-${i}`,
+            token: 's',
+            state: 'completed',
+            body: 'old',
+            ttl: 200,
+          });
+      }
+      await sleep(300);
+      expect(await store.purgeExpired({ batchSize: 2, maxBatches: 1 })).toBe(2);
+      expect(await store.purgeExpired({ batchSize: 2 })).toBe(3);
+      expect(await store.purgeExpired()).toBe(0);
+      const { rows } = await schema.pool.query<{ id: string; state: string }>(
+        'select id, state from idempotency_keys order by id',
+      );
+      expect(rows.map((r) => r.id)).toEqual(['done-0', 'done-1', 'done-2', 'running-0', 'running-1']);
+      expect(await store.claim({ id: 'running-0', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({
+        state: 'in_progress',
+        fingerprint: 'fp',
+      });
+      expect(await store.claim({ id: 'done-1', fingerprint: 'fp', token: 'x', lockTtl: 1_000 })).toMatchObject({
+        state: 'completed',
+        body: 'kept',
+      });
+      await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(/batchSize must be a positive integer/);
+    } finally {
+      await schema.drop();
+    }
+  });
+
+  it('can find expired rows through the index on expires_at', async () => {
+    // A small table is scanned whole; forbidding that shows the index serves the purge's query.
+    const client = await server.pool.connect();
+    try {
+      await client.query('begin');
+      await client.query('set local enable_seqscan = off');
+      const { rows } = await client.query(
+        'explain select id from idempotency_keys where expires_at <= statement_timestamp() order by expires_at limit 1000 for update skip locked',
+      );
+      await client.query('rollback');
+      expect(rows.map((r: { 'QUERY PLAN': string }) => r['QUERY PLAN']).join('\n')).toMatch(
+        /Index Scan (using|on) idempotency_keys_expires_at_idx/,
+      );
+    } finally {
+      client.release();
+    }
+  });
+});
+
+describe('store failures on PostgreSQL', () => {
+  it('a statement timeout follows onStoreError: 503 when failing closed, with the reason in the event', async () => {
+    const { createIdempotencyEngine, recordId } = await import('../../src/core.js');
+    const { drizzle } = await import('drizzle-orm/node-postgres');
+    const pg = (await import('pg')).default;
+    const { withSearchPath, DATABASE_URL } = await import('../helpers/postgres.js');
+    // sessions of this pool give up on any statement after 200 ms
+    const url = new URL(withSearchPath(DATABASE_URL, server.schema));
+    url.searchParams.set('options', `-c search_path=${server.schema} -c statement_timeout=200`);
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+    const events: { result: string; error?: { message: string } }[] = [];
+    const engine = createIdempotencyEngine({
+      store: drizzleStore({ db: drizzle(pool) }),
+      storeTimeout: 5_000,
+      onEvent: (e) => events.push(e),
+    });
+    const seed = drizzleStore({ db: server.db });
+    const key = 'locked-key';
+    await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    // another session holds a lock the claim must wait for (a vacuum full, a migration...). A row lock
+    // alone would not do: the claim only reads a live row held by another token, and answers at once.
+    const locker = await server.pool.connect();
+    await locker.query('begin');
+    await locker.query('lock table idempotency_keys in access exclusive mode');
+    try {
+      let ran = false;
+      await expect(engine.run({ key, name: 'op', payload: {} }, async () => (ran = true))).rejects.toMatchObject({
+        reason: 'store_unavailable',
+      });
+      expect(ran).toBe(false);
+      expect(events.at(-1)?.error?.message).toMatch(/statement timeout/);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+      await pool.end();
+    }
+  });
+});
+
+describe('a claim that finds a live row', () => {
+  it('writes nothing: it leaves the row as it was, and answers while another transaction holds the row', async () => {
+    const store = drizzleStore({ db: server.db });
+    await store.claim({ id: 'live-held', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.claim({ id: 'live-done', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
+    await store.complete({
+      id: 'live-done',
+      fingerprint: 'fp',
+      token: 'holder',
+      state: 'completed',
+      body: 'kept',
+      ttl: 60_000,
+    });
+    // xmin and xmax change with any write or row lock (a locked row gets the locker's xid as xmax).
+    const versions = async () =>
+      (
+        await server.pool.query(
+          `select id, xmin::text, xmax::text, expires_at from idempotency_keys where id like 'live-%' order by id`,
+        )
+      ).rows;
+    const claims = () =>
+      Promise.all([
+        store.claim({ id: 'live-held', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+        store.claim({ id: 'live-done', fingerprint: 'fp', token: 'other', lockTtl: 1_000 }),
+      ]);
+    const expected = [
+      { state: 'in_progress', fingerprint: 'fp' },
+      { state: 'completed', fingerprint: 'fp', body: 'kept' },
+    ];
+
+    const before = await versions();
+    expect(await claims()).toMatchObject(expected);
+    expect(await versions()).toEqual(before);
+
+    const locker = await server.pool.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`select 1 from idempotency_keys where id like 'live-%' for update`);
+      const answered = await Promise.race([claims(), sleep(5_000).then(() => 'waited for the lock')]);
+      expect(answered).toMatchObject(expected);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+    }
+  });
+});
+
+describe('prepared statements (node-postgres)', () => {
+  it('are named, so parsed once per connection; a connection that lost them (DISCARD ALL, a pooler) goes on unnamed', async () => {
+    const pg = (await import('pg')).default;
+    const { withSearchPath, DATABASE_URL } = await import('../helpers/postgres.js');
+    const pool = new pg.Pool({ connectionString: withSearchPath(DATABASE_URL, server.schema), max: 1 });
+    try {
+      const store = drizzleStore({ db: drizzle(pool) });
+      const claim = (id: string) => store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+      const named = async () =>
+        (await pool.query(`select 1 from pg_prepared_statements where name like 'trpc_idempotency_%'`)).rowCount;
+
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' });
+      expect(await claim('prepared-1')).toMatchObject({ state: 'acquired' }); // the same token holds it again
+      expect(await named()).toBe(1);
+
+      // node-postgres still takes the statement for prepared on this connection: the server says
+      // it does not exist (26000) before running anything, and the store runs it again unnamed.
+      await pool.query('discard all');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'acquired' });
+      expect(
+        await store.complete({
+          id: 'prepared-2',
+          fingerprint: 'fp',
+          token: 't',
+          state: 'completed',
+          body: 'ok',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      expect(await claim('prepared-2')).toMatchObject({ state: 'completed', body: 'ok' });
+      expect(await named()).toBe(0);
+    } finally {
+      await pool.end();
+    }
+  });
+});

@@ -1,0 +1,138 @@
+/**
+ * Claims that reach Redis late or twice, through real ioredis clients on a
+ * real Redis, with a TCP pipe in front that holds requests back (what
+ * ioredis's offline queue does through an outage) or cuts the connection
+ * after Redis answered (ioredis then sends the command again).
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { createIdempotencyEngine, type IdempotencyEvent } from '../../src/index.js';
+import { redisStore } from '../../src/redis.js';
+import { CLAIM } from '../../src/stores/redis-scripts.js';
+import { startPipe } from '../helpers/proxy.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+import { startTriggerProxy } from '../helpers/trigger-proxy.js';
+import { gate } from '../helpers/trpc.js';
+
+const redis = connectRedis();
+const prefix = uniquePrefix('late');
+const redisPort = Number(new URL(REDIS_URL).port || 6379);
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+afterAll(async () => {
+  await deleteByPrefix(redis, prefix);
+  redis.disconnect();
+});
+
+/** A pipe to Redis that can hold every request back, then let them through in order. */
+async function holdingPipe() {
+  let held: [{ write(chunk: Buffer): unknown }, Buffer][] | undefined;
+  const pipe = await startPipe({ port: redisPort }, (_client, upstream) => ({
+    fromClient(chunk) {
+      if (held === undefined) upstream.write(chunk);
+      else held.push([upstream, chunk]);
+    },
+  }));
+  cleanups.push(() => pipe.close());
+  return {
+    port: pipe.port,
+    hold() {
+      held = [];
+    },
+    release() {
+      const chunks = held ?? [];
+      held = undefined;
+      for (const [upstream, chunk] of chunks) upstream.write(chunk);
+    },
+  };
+}
+
+function client(port: number): Redis {
+  const c = new Redis({ port });
+  c.on('error', () => {});
+  cleanups.push(() => c.disconnect());
+  return c;
+}
+
+const STORE_TIMEOUT = 200;
+
+describe('a claim that reaches Redis after its caller gave up', () => {
+  it.each([
+    ['on the same instance as the holder', true, true],
+    ['on another instance', false, true],
+    // its claim carries no deadline: it takes the key, is given back, and the holder's completion, refused meanwhile, is tried again
+    ['on another instance that never had an answer from Redis before', false, false],
+  ])(
+    '%s never takes the key from a holder whose completion follows it: one execution, the retry replays',
+    async (_label, sameInstance, warm) => {
+      const holderPipe = await holdingPipe();
+      const retryPipe = sameInstance ? holderPipe : await holdingPipe();
+      const events: IdempotencyEvent[] = [];
+      const options = {
+        lockTtl: 30_000,
+        storeTimeout: STORE_TIMEOUT,
+        onEvent: (e: IdempotencyEvent) => events.push(e),
+      };
+      const holderStore = redisStore({ client: client(holderPipe.port), prefix });
+      const holder = createIdempotencyEngine({ store: holderStore, ...options });
+      const other = sameInstance
+        ? holder
+        : createIdempotencyEngine({ store: redisStore({ client: client(retryPipe.port), prefix }), ...options });
+      // engines that have had a claim answered know Redis's clock
+      await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+      if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+
+      const input = { key: randomUUID(), name: 'pay', payload: { amount: 5 } };
+      let runs = 0;
+      const charging = gate();
+      const first = holder.run(input, async () => {
+        runs++;
+        await charging.opened;
+        return `charge-${runs}`;
+      });
+      await expect.poll(() => runs).toBe(1);
+
+      // Redis goes away: requests wait (ioredis queues them), and it comes back empty.
+      holderPipe.hold();
+      retryPipe.hold();
+      // the client retries meanwhile: refused after the store timeout, its claim still queued
+      await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({
+        reason: 'store_unavailable',
+      });
+      charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
+      await sleep(20);
+      await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
+      retryPipe.release(); // the late claim lands first...
+      holderPipe.release(); // ...then the holder's completion, still awaited
+
+      expect(await first).toEqual({ value: 'charge-1', replayed: false });
+      await sleep(300); // the late claim's give-back, if there is one, has happened
+      expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
+      expect(runs).toBe(1);
+      expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
+      expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+    },
+  );
+});
+
+describe('a claim that ioredis sends twice', () => {
+  it('after a reconnect, the claim that holds the record is the caller own: it runs, once', async () => {
+    const proxy = await startTriggerProxy(redisPort);
+    cleanups.push(() => proxy.close());
+    const store = redisStore({ client: client(proxy.port), prefix });
+    const engine = createIdempotencyEngine({ store, storeTimeout: 3_000 });
+    await engine.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+    const input = { key: randomUUID(), name: 'pay', payload: { amount: 7 } };
+    // Redis applies the claim, then the connection drops before its answer: ioredis sends it again
+    const cut = proxy.arm(CLAIM.sha, 'after-reply', async () => {});
+    let runs = 0;
+    const answer = await engine.run(input, async () => `charge-${++runs}`).catch((e: unknown) => e);
+    await cut;
+    expect(answer).toEqual({ value: 'charge-1', replayed: false });
+    expect(await engine.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
+    expect(runs).toBe(1);
+  });
+});

@@ -1,0 +1,354 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { scopeOfRecordId } from '../../src/core/key.js';
+import { recordId } from '../../src/core.js';
+import { type MemoryStore, memoryStore } from '../../src/index.js';
+import { redisStore } from '../../src/redis.js';
+import { describeStoreContract } from '../contract/store-contract.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+
+describeStoreContract('memory', () => {
+  let time = 1_700_000_000_000;
+  const store = memoryStore({ now: () => time });
+  return {
+    store,
+    advance: async (ms) => {
+      time += ms;
+    },
+  };
+});
+
+const redis = connectRedis();
+const prefix = uniquePrefix('contract');
+const stores: { close(): Promise<void> }[] = [];
+afterAll(async () => {
+  await Promise.all(stores.map((s) => s.close()));
+  await deleteByPrefix(redis, prefix);
+  redis.disconnect();
+});
+
+describeStoreContract('redis', () => {
+  const store = redisStore({ client: redis, prefix });
+  stores.push(store);
+  return { store, advance: sleep };
+});
+
+// ioredis's enableAutoPipelining sends the commands of one tick together (docs/performance.md recommends it).
+const pipelined = new Redis(REDIS_URL, { enableAutoPipelining: true });
+afterAll(() => pipelined.disconnect());
+describeStoreContract('redis, client with enableAutoPipelining', () => {
+  const store = redisStore({ client: pipelined, prefix });
+  stores.push(store);
+  return { store, advance: sleep };
+});
+
+describe('redis store specifics', () => {
+  it('reloads its scripts after SCRIPT FLUSH (a restart or failover empties the cache)', async () => {
+    const store = redisStore({ client: redis, prefix });
+    await redis.script('FLUSH');
+    const id = `:flush:${Date.now()}`;
+    expect(await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1_000 })).toMatchObject({
+      state: 'acquired',
+    });
+    await redis.script('FLUSH');
+    expect(
+      await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 }),
+    ).toBe('stored');
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 't' });
+  });
+
+  it('keeps one hash per record under a hash tag, with the claim TTL and then the outcome TTL', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const id = `u1:pay:${Date.now()}`;
+    expect(store.keyOf(id)).toBe(`${prefix}{${id}}`);
+    await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
+    const claimTtl = await redis.pttl(store.keyOf(id));
+    expect(claimTtl).toBeGreaterThan(4_000);
+    expect(claimTtl).toBeLessThanOrEqual(5_000);
+    await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: '{}', ttl: 86_400_000 });
+    expect(await redis.pttl(store.keyOf(id))).toBeGreaterThan(86_000_000);
+  });
+
+  it('refuses a client that is not ioredis and a prefix with braces', () => {
+    expect(() => redisStore({ client: {} as never })).toThrow(/must be an ioredis Redis or Cluster instance/);
+    expect(() => redisStore({ client: redis, prefix: 'a{b}' })).toThrow(/without braces/);
+  });
+});
+
+describe('redis store with a client keyPrefix', () => {
+  it('still notifies waiters (the notice names the key without the client prefix)', async () => {
+    const prefixed = new Redis(REDIS_URL, { keyPrefix: 'app:' });
+    const store = redisStore({ client: prefixed, prefix });
+    try {
+      const id = `:prefixed:${Date.now()}`;
+      await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+      await store.claim({ id, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
+      let notified = false;
+      const off = await store.onSettled!(id, () => (notified = true));
+      expect(await redis.exists(`app:${store.keyOf(id)}`)).toBe(1);
+      await store.complete({ fingerprint: 'fp', id, token: 'a', state: 'completed', body: 'x', ttl: 10_000 });
+      await expect.poll(() => notified, { timeout: 2_000 }).toBe(true);
+      off();
+      await redis.del(`app:${store.keyOf(id)}`);
+    } finally {
+      await store.close();
+      prefixed.disconnect();
+    }
+  });
+});
+
+describe('memory store bounds', () => {
+  const LONG = 3_600_000;
+  /** A finished record: claimed, then completed with `body`. */
+  const finish = async (store: MemoryStore, id: string, body = 'ok', ttl = LONG) => {
+    expect(await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG })).toMatchObject({ state: 'acquired' });
+    expect(await store.complete({ id, fingerprint: 'fp', token: id, state: 'completed', body, ttl })).toBe('stored');
+  };
+  const replayed = async (store: MemoryStore, id: string) =>
+    (await store.claim({ id, fingerprint: 'fp', token: randomUUID(), lockTtl: 1 })).state === 'completed';
+  const evictionsOf = (store: MemoryStore) => {
+    const ids: string[] = [];
+    store.onEvicted!((id) => ids.push(id));
+    return ids;
+  };
+
+  it('a tenant cannot evict another: 1,000 fresh keys of one scope evict only that scope (maxEntries 1,000)', async () => {
+    const store = memoryStore({ maxEntries: 1_000 });
+    const evicted = evictionsOf(store);
+    const victim = recordId('victim', 'pay', 'k1');
+    await finish(store, victim, '{"chargeId":"ch_1"}');
+    for (let i = 0; i < 1_500; i++) await finish(store, recordId('attacker', 'pay', `k${i}`));
+    // the victim's retry is a replay of the first charge, not a second one
+    expect(await store.claim({ id: victim, fingerprint: 'fp', token: 'retry', lockTtl: 1 })).toMatchObject({
+      state: 'completed',
+      body: '{"chargeId":"ch_1"}',
+    });
+    expect(store.size).toBe(1_000);
+    expect(evicted).toHaveLength(501);
+    expect(evicted.every((id) => scopeOfRecordId(id) === 'attacker')).toBe(true);
+    // the attacker lost its own oldest records, oldest first
+    expect(evicted.slice(0, 2)).toEqual([recordId('attacker', 'pay', 'k0'), recordId('attacker', 'pay', 'k1')]);
+    store.close();
+  });
+
+  it('room is taken from the scope with the largest share, by entries or by bytes, oldest first', async () => {
+    const store = memoryStore({ maxEntries: 10, maxBytes: 100_000 });
+    const evicted = evictionsOf(store);
+    for (let i = 0; i < 6; i++) await finish(store, recordId('many', 'op', `k${i}`)); // 6 of 10 entries
+    await finish(store, recordId('big', 'op', 'k0'), 'x'.repeat(70_000)); // about 70% of the bytes
+    for (let i = 0; i < 3; i++) await finish(store, recordId('small', 'op', `k${i}`));
+    expect(store.size).toBe(10);
+    // small (3 entries) needs an entry: `big` holds the largest share (its bytes), and loses its only record
+    await finish(store, recordId('small', 'op', 'k3'));
+    expect(evicted).toEqual([recordId('big', 'op', 'k0')]);
+    // then `many` (6 entries) is the largest, and gives its oldest record
+    await finish(store, recordId('small', 'op', 'k4'));
+    expect(evicted.at(-1)).toBe(recordId('many', 'op', 'k0'));
+    store.close();
+  });
+
+  it('a scope evicts as many of its own oldest records as the room it needs takes', async () => {
+    const store = memoryStore({ maxBytes: 1_000_000 });
+    const evicted = evictionsOf(store);
+    await finish(store, recordId('other', 'op', 'k'), 'small');
+    for (let i = 0; i < 4; i++) await finish(store, recordId('a', 'op', `k${i}`), 'x'.repeat(200_000));
+    await finish(store, recordId('a', 'op', 'k4'), 'x'.repeat(500_000));
+    expect(evicted).toEqual([recordId('a', 'op', 'k0'), recordId('a', 'op', 'k1')]);
+    expect(store.bytes).toBeLessThanOrEqual(1_000_000);
+    store.close();
+  });
+
+  it('a byte budget: 1 MB outcomes stay within maxBytes, and every completion is stored', async () => {
+    const maxBytes = 8 * 1024 * 1024;
+    const store = memoryStore({ maxBytes });
+    const body = (i: number) => `${i}`.padEnd(1_000_000, '.');
+    for (let i = 0; i < 200; i++) {
+      await finish(store, recordId(`tenant-${i % 3}`, 'export', `k${i}`), body(i));
+      expect(store.bytes).toBeLessThanOrEqual(maxBytes);
+    }
+    // about 8 outcomes fit; every tenant keeps its newest ones
+    expect(store.size).toBeGreaterThanOrEqual(6);
+    expect(store.size).toBeLessThanOrEqual(8);
+    for (const i of [197, 198, 199])
+      expect(await replayed(store, recordId(`tenant-${i % 3}`, 'export', `k${i}`))).toBe(true);
+    store.close();
+  });
+
+  it('a completion is never refused for room: beyond maxBytes by at most the outcomes of the claims running; the next claim makes room', async () => {
+    const maxBytes = 1_000_000;
+    const store = memoryStore({ maxBytes });
+    await finish(store, recordId('other', 'op', 'k'), 'small');
+    const ids = Array.from({ length: 3 }, (_, i) => recordId('big', 'op', `k${i}`));
+    for (const id of ids) await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG });
+    const outcome = 'x'.repeat(1_200_000); // larger than the whole budget
+    for (const id of ids) {
+      const stored = await store.complete({
+        id,
+        fingerprint: 'fp',
+        token: id,
+        state: 'completed',
+        body: outcome,
+        ttl: LONG,
+      });
+      expect(stored).toBe('stored');
+      expect(store.bytes).toBeGreaterThan(maxBytes);
+      expect(store.bytes).toBeLessThanOrEqual(maxBytes + outcome.length);
+    }
+    expect(await replayed(store, ids[2]!)).toBe(true);
+    // `big` evicted its own older outcomes to store each next one; `other`, with a smaller share, kept its record
+    expect(await replayed(store, recordId('other', 'op', 'k'))).toBe(true);
+    // the next claim, of any scope, needs room within maxBytes: the largest scope's outcome goes
+    await store.claim({ id: recordId('other', 'op', 'k2'), fingerprint: 'fp', token: 't', lockTtl: LONG });
+    expect(store.bytes).toBeLessThanOrEqual(maxBytes);
+    expect(await replayed(store, recordId('other', 'op', 'k'))).toBe(true);
+    store.close();
+  });
+
+  it('never evicts a running claim; a store full of them refuses a new claim, saying what is full and what to change', async () => {
+    const store = memoryStore({ maxEntries: 2 });
+    await store.claim({ id: ':op:a', fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
+    await store.claim({ id: ':op:b', fingerprint: 'fp', token: 'b', lockTtl: 60_000 });
+    await expect(store.claim({ id: ':op:c', fingerprint: 'fp', token: 'c', lockTtl: 60_000 })).rejects.toThrow(
+      /memoryStore is full: 2 of 2 entries, .*running claims.*Raise maxEntries/,
+    );
+    expect(await store.claim({ id: ':op:a', fingerprint: 'fp', token: 'x', lockTtl: 1 })).toMatchObject({
+      state: 'in_progress',
+    });
+    store.close();
+    // the same by bytes: two claims with 30,000-character fingerprints fill 64 KiB
+    const small = memoryStore({ maxBytes: 65_536 });
+    const fingerprint = 'f'.repeat(30_000);
+    await small.claim({ id: ':op:a', fingerprint, token: 'a', lockTtl: 60_000 });
+    await small.claim({ id: ':op:b', fingerprint, token: 'b', lockTtl: 60_000 });
+    await expect(small.claim({ id: ':op:c', fingerprint, token: 'c', lockTtl: 60_000 })).rejects.toThrow(
+      /memoryStore is full: \d+ bytes of 65536, and the claim needs \d+, .*Raise maxBytes/,
+    );
+    small.close();
+  });
+
+  it('a scope that fills the store with running claims cannot evict the finished records of another; its new claim is refused', async () => {
+    const store = memoryStore({ maxEntries: 10 });
+    const evicted = evictionsOf(store);
+    for (let i = 0; i < 3; i++) await finish(store, recordId('victim', 'pay', `k${i}`));
+    for (let i = 0; i < 7; i++) {
+      const id = recordId('attacker', 'pay', `k${i}`);
+      await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG });
+    }
+    await expect(
+      store.claim({ id: recordId('attacker', 'pay', 'k7'), fingerprint: 'fp', token: 't', lockTtl: LONG }),
+    ).rejects.toThrow(/memoryStore is full: 10 of 10 entries.*Raise maxEntries/);
+    expect(evicted).toEqual([]);
+    for (let i = 0; i < 3; i++) expect(await replayed(store, recordId('victim', 'pay', `k${i}`))).toBe(true);
+    // the victim itself still makes room, from its own oldest record
+    await finish(store, recordId('victim', 'pay', 'k3'));
+    expect(evicted).toEqual([recordId('victim', 'pay', 'k0')]);
+    store.close();
+  });
+
+  it('running claims of one scope do not make a third scope evict another: the newcomer is refused instead', async () => {
+    const store = memoryStore({ maxEntries: 10 });
+    const evicted = evictionsOf(store);
+    // the hog holds the largest share, all of it running claims; the victim holds finished records
+    for (let i = 0; i < 7; i++) {
+      const id = recordId('hog', 'pay', `k${i}`);
+      await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG });
+    }
+    for (let i = 0; i < 3; i++) await finish(store, recordId('victim', 'pay', `k${i}`));
+    await expect(
+      store.claim({ id: recordId('newcomer', 'pay', 'k0'), fingerprint: 'fp', token: 't', lockTtl: LONG }),
+    ).rejects.toThrow(/memoryStore is full/);
+    expect(evicted).toEqual([]);
+    for (let i = 0; i < 3; i++) expect(await replayed(store, recordId('victim', 'pay', `k${i}`))).toBe(true);
+    store.close();
+  });
+
+  it('expired records go first, before any finished record is evicted', async () => {
+    let time = 0;
+    const store = memoryStore({ maxEntries: 3, now: () => time });
+    const evicted = evictionsOf(store);
+    await finish(store, recordId('a', 'op', 'old'), 'ok', LONG);
+    await finish(store, recordId('b', 'op', 'short'), 'ok', 1_000);
+    await finish(store, recordId('a', 'op', 'young'), 'ok', LONG);
+    time += 1_001;
+    await finish(store, recordId('a', 'op', 'new'));
+    expect(evicted).toEqual([]);
+    expect(await replayed(store, recordId('a', 'op', 'old'))).toBe(true);
+    expect(store.size).toBe(3);
+    store.close();
+  });
+
+  it('counts recorded steps in the same budget and scope as records, and frees them with clearSteps or expiry', async () => {
+    let time = 1_700_000_000_000;
+    const store = memoryStore({ maxEntries: 4, now: () => time });
+    const evicted = evictionsOf(store);
+    const id = recordId('steps', 'op', 'k');
+    await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: LONG });
+    const before = store.bytes;
+    const save = (index: number, ttl = 1_000) =>
+      store.saveStep!({ id, token: 't', fingerprint: 'fp', index, name: `s${index}`, body: 'y'.repeat(1_000), ttl });
+    expect(await save(0)).toBe('stored');
+    expect(store.size).toBe(2); // the claim, and its steps
+    expect(store.bytes).toBeGreaterThan(before + 1_000);
+    const oneStep = store.bytes;
+    expect(await save(1)).toBe('stored');
+    expect(store.bytes).toBeGreaterThan(oneStep + 1_000);
+    // released: the claim goes, its steps stay for the retry, and count for its scope
+    await store.release({ id, token: 't' });
+    expect(store.size).toBe(1);
+    await finish(store, recordId('other', 'op', 'k0'));
+    await finish(store, recordId('other', 'op', 'k1'));
+    await finish(store, recordId('other', 'op', 'k2'));
+    await finish(store, recordId('other', 'op', 'k3')); // full: `other` (3 entries) gives its own oldest
+    expect(evicted).toEqual([recordId('other', 'op', 'k0')]);
+    time += 1_001; // the steps expire
+    expect(store.size).toBe(3);
+    // cleared with the outcome
+    const next = recordId('steps', 'op', 'k2');
+    await store.claim({ id: next, fingerprint: 'fp', token: 'n', lockTtl: LONG });
+    await store.saveStep!({ id: next, token: 'n', fingerprint: 'fp', index: 0, name: 's', body: '1', ttl: LONG });
+    expect(store.size).toBe(4); // room for the steps: `other` gave its oldest record again
+    expect(evicted).toEqual([recordId('other', 'op', 'k0'), recordId('other', 'op', 'k1')]);
+    await store.complete({
+      id: next,
+      fingerprint: 'fp',
+      token: 'n',
+      state: 'completed',
+      body: 'b',
+      ttl: LONG,
+      clearSteps: true,
+    });
+    expect(store.size).toBe(3);
+    store.close();
+  });
+
+  it('size and bytes: live entries and their counted bytes, both back to 0 once everything expires', async () => {
+    let time = 0;
+    const store = memoryStore({ now: () => time });
+    expect([store.size, store.bytes]).toEqual([0, 0]);
+    const id = recordId('s', 'op', 'k');
+    await store.claim({ id, fingerprint: 'fp', token: 'tok', lockTtl: 1_000 });
+    const claimed = store.bytes;
+    // the characters of its id, fingerprint and token, and a fixed overhead
+    expect(claimed).toBeGreaterThan(id.length + 'fp'.length + 'tok'.length);
+    await store.complete({
+      id,
+      fingerprint: 'fp',
+      token: 'tok',
+      state: 'completed',
+      body: 'z'.repeat(500),
+      ttl: 2_000,
+    });
+    expect(store.bytes).toBe(claimed + 500);
+    expect(store.size).toBe(1);
+    time += 2_000;
+    expect([store.size, store.bytes]).toEqual([0, 0]);
+    store.close();
+  });
+
+  it('refuses a maxBytes that is not a whole number of bytes large enough for records', () => {
+    expect(() => memoryStore({ maxBytes: 0 })).toThrow(/maxBytes must be a whole number of bytes, at least 65,536/);
+    expect(() => memoryStore({ maxBytes: 1.5e6 + 0.5 })).toThrow(/maxBytes/);
+    expect(() => memoryStore({ maxEntries: 0 })).toThrow(/maxEntries must be a positive integer/);
+  });
+});
