@@ -1,5 +1,5 @@
 import { IdempotencyConfigError } from '../core/errors.js';
-import { MAX_KEY_LENGTH } from '../core/key.js';
+import { keyProblem, MAX_KEY_LENGTH } from '../core/key.js';
 import { keepsKey } from './errors.js';
 
 interface CryptoLike {
@@ -111,15 +111,11 @@ export function checkKey(key: unknown, what: string): string {
       `trpc-idempotency: ${what} a ${typeof key}, not a string. An idempotency key is a string such as a UUID v4.`,
     );
   }
-  let valid = key.length > 0 && key.length <= MAX_KEY_LENGTH;
-  for (let i = 0; valid && i < key.length; i++) {
-    const c = key.charCodeAt(i);
-    valid = c >= 0x20 && c <= 0x7e;
-  }
-  if (!valid) {
+  const problem = keyProblem(key);
+  if (problem !== undefined) {
     throw new TypeError(
-      `trpc-idempotency: ${what} an invalid idempotency key ${JSON.stringify(key.slice(0, 40))}: ` +
-        `it must be 1 to ${MAX_KEY_LENGTH} printable ASCII characters, such as a UUID v4.`,
+      `trpc-idempotency: ${what} an invalid idempotency key ${JSON.stringify(key.slice(0, 40))}: it ${problem}. ` +
+        `A key is 1 to ${MAX_KEY_LENGTH} printable ASCII characters, such as a UUID v4.`,
     );
   }
   return key;

@@ -10,30 +10,35 @@ export const MAX_KEY_LENGTH = 255;
  * The IETF draft defines the header as a Structured Field string, so a value
  * wrapped in double quotes is unquoted (`"abc"` is the key `abc`, with `\"`
  * and `\\` escapes); a bare value (what Stripe's clients send) is taken as is.
- * The key must then be 1 to 255 characters of printable ASCII (0x20-0x7E).
+ * The key must then pass {@link keyProblem}.
  *
  * @throws {IdempotencyError} with reason `key_invalid`, saying what is wrong.
  */
 export function parseIdempotencyKey(raw: string, headerName = 'Idempotency-Key'): string {
   const key = raw.length >= 2 && raw.charCodeAt(0) === 0x22 ? unquote(raw, headerName) : raw;
-  if (key.length === 0) {
-    throw invalid(`${headerName} is empty. Send a unique value per operation, such as a UUID v4.`);
-  }
-  if (key.length > MAX_KEY_LENGTH) {
+  const problem = keyProblem(key);
+  if (problem !== undefined) {
     throw invalid(
-      `${headerName} is ${key.length} characters long; the limit is ${MAX_KEY_LENGTH}. Send a shorter key, such as a UUID v4.`,
+      `${headerName} ${problem}. Send a unique key of 1 to ${MAX_KEY_LENGTH} printable ASCII characters, such as a UUID v4.`,
     );
   }
+  return key;
+}
+
+/**
+ * Why `key` is refused, or undefined for a valid one: a key is 1 to 255
+ * characters of printable ASCII (0x20-0x7E). The rule the server applies
+ * and the client checks before sending. The reason reads after the key's
+ * name: "is empty".
+ */
+export function keyProblem(key: string): string | undefined {
+  if (key.length === 0) return 'is empty';
+  if (key.length > MAX_KEY_LENGTH) return `is ${key.length} characters long; the limit is ${MAX_KEY_LENGTH}`;
   for (let i = 0; i < key.length; i++) {
     const c = key.charCodeAt(i);
-    if (c < 0x20 || c > 0x7e) {
-      throw invalid(
-        `${headerName} contains a character that is not printable ASCII (code ${c} at position ${i}). ` +
-          'Use letters, digits and punctuation only, such as a UUID v4.',
-      );
-    }
+    if (c < 0x20 || c > 0x7e) return `contains a character that is not printable ASCII (code ${c} at position ${i})`;
   }
-  return key;
+  return undefined;
 }
 
 function unquote(raw: string, headerName: string): string {
