@@ -17,8 +17,8 @@ import {
   trace,
   ValueType,
 } from '@opentelemetry/api';
-import { IdempotencyConfigError } from './core/errors.js';
 import type { IdempotencyEvent, IdempotencyEventHandler } from './core/events.js';
+import { checkBoolean, checkFunction, configError } from './core/options.js';
 
 export type { IdempotencyEvent, IdempotencyEventHandler } from './core/events.js';
 
@@ -108,28 +108,22 @@ interface Instruments {
 export function openTelemetry(options: OpenTelemetryOptions = {}): IdempotencyEventHandler {
   // initialized config
   const { meterProvider, tracerProvider, metrics: withMetrics = true, spans: withSpans = true, onEvent } = options;
+  const where = 'openTelemetry';
   if (meterProvider !== undefined && typeof meterProvider?.getMeter !== 'function') {
-    throw new IdempotencyConfigError(
-      'openTelemetry: meterProvider must be a MeterProvider (new MeterProvider() from @opentelemetry/sdk-metrics); leave it out to use the global one.',
+    throw configError(
+      where,
+      'meterProvider must be a MeterProvider (new MeterProvider() from @opentelemetry/sdk-metrics); leave it out to use the global one.',
     );
   }
   if (tracerProvider !== undefined && typeof tracerProvider?.getTracer !== 'function') {
-    throw new IdempotencyConfigError(
-      'openTelemetry: tracerProvider must be a TracerProvider (from @opentelemetry/sdk-trace-base or sdk-trace-node); leave it out to use the global one.',
+    throw configError(
+      where,
+      'tracerProvider must be a TracerProvider (from @opentelemetry/sdk-trace-base or sdk-trace-node); leave it out to use the global one.',
     );
   }
-  if (onEvent !== undefined && typeof onEvent !== 'function') {
-    throw new IdempotencyConfigError(
-      `openTelemetry: onEvent must be a function that takes an event, got ${typeof onEvent}.`,
-    );
-  }
-  for (const [name, value] of [
-    ['metrics', withMetrics],
-    ['spans', withSpans],
-  ] as const) {
-    if (typeof value !== 'boolean')
-      throw new IdempotencyConfigError(`openTelemetry: ${name} must be true or false, got ${typeof value}.`);
-  }
+  if (onEvent !== undefined) checkFunction(onEvent, 'onEvent', where, 'a function that takes an event');
+  checkBoolean(withMetrics, 'metrics', where);
+  checkBoolean(withSpans, 'spans', where);
 
   // Resolved again whenever the provider changes (an SDK registered late, or replaced in tests).
   let instruments: Instruments | undefined;

@@ -1,5 +1,5 @@
 import type { HTTPHeaders, Operation } from '@trpc/client';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { checkHeaderName } from '../core/options.js';
 
 /** What `httpLink` (`{ op }`) and the batch links (`{ opList }`) pass to their `headers` function. */
 export type HeadersArgument = { op: Operation } | { opList: readonly Operation[] };
@@ -34,11 +34,7 @@ export function idempotencyHeaders<TArgument extends HeadersArgument = HeadersAr
   // initialized config
   const { headers } = options;
   const header = options.header ?? 'Idempotency-Key';
-  if (typeof header !== 'string' || !/^[A-Za-z0-9-]+$/.test(header)) {
-    throw new IdempotencyConfigError(
-      `idempotencyHeaders: header must be a header name (letters, digits, dashes) matching the server's, got ${JSON.stringify(header)}.`,
-    );
-  }
+  checkHeaderName(header, 'header', 'idempotencyHeaders', " matching the server's");
 
   // initialized for request
   return async function writeIdempotencyHeaders(opts) {

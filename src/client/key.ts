@@ -1,5 +1,5 @@
-import { IdempotencyConfigError } from '../core/errors.js';
 import { keyProblem, MAX_KEY_LENGTH } from '../core/key.js';
+import { checkFunction, configError } from '../core/options.js';
 import { keepsKey } from './errors.js';
 
 interface CryptoLike {
@@ -84,11 +84,9 @@ export interface CreateIdempotencyKeyOptions {
  */
 export function createIdempotencyKey(options: CreateIdempotencyKeyOptions = {}): IdempotencyKeyHolder {
   const generateKey = options.generateKey ?? randomKey;
-  if (typeof generateKey !== 'function') {
-    throw new IdempotencyConfigError('createIdempotencyKey: generateKey must be a function that returns a key.');
-  }
+  checkFunction(generateKey, 'generateKey', 'createIdempotencyKey', 'a function that returns a key');
   if (options.generateKey === undefined && !canMakeRandomKeys()) {
-    throw new IdempotencyConfigError('createIdempotencyKey: this runtime has no Web Crypto API; pass generateKey.');
+    throw configError('createIdempotencyKey', 'this runtime has no Web Crypto API to make keys; pass generateKey.');
   }
   let key: string | undefined;
   const reset = () => {

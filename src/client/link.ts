@@ -4,14 +4,12 @@ import type { AnyTRPCRouter } from '@trpc/server';
 // entry loads at run time: @trpc/client imports it (and other @trpc/server
 // modules) itself, so it adds nothing to what a tRPC client already loads.
 import { observable, type Unsubscribable } from '@trpc/server/observable';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { checkFunction, checkTimerMs, checkWholeNumber, configError } from '../core/options.js';
 import { backoffDelay, DEFAULT_RETRY } from './backoff.js';
 import { getRetryAfterMs, isRetryableError } from './errors.js';
 import { canMakeRandomKeys, randomKey, resolveKey } from './key.js';
 
 type ClientError = TRPCClientError<AnyTRPCRouter>;
-
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What `retry` receives. */
 export interface IdempotencyRetryOptions {
@@ -103,41 +101,16 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
   const retry = options.retry ?? (({ error }: IdempotencyRetryOptions) => isRetryableError(error));
   const generateKey = options.generateKey ?? randomKey;
   const random = options.random ?? Math.random;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw new IdempotencyConfigError(
-      `idempotencyLink: maxAttempts must be a whole number >= 1 (1 turns retries off), got ${String(maxAttempts)}.`,
-    );
+  const where = 'idempotencyLink';
+  checkWholeNumber(maxAttempts, 'maxAttempts', where, { min: 1 });
+  checkTimerMs(baseDelayMs, 'baseDelayMs', where, { allowZero: true });
+  checkTimerMs(maxDelayMs, 'maxDelayMs', where, { allowZero: true });
+  for (const name of ['retry', 'onRetry', 'generateKey', 'random'] as const) {
+    if (options[name] !== undefined) checkFunction(options[name], name, where);
   }
-  // setTimeout fires at once for delays above 2^31-1 ms (about 24.8 days).
-  for (const [name, value] of [
-    ['baseDelayMs', baseDelayMs],
-    ['maxDelayMs', maxDelayMs],
-  ] as const) {
-    if (typeof value !== 'number' || !(value >= 0 && value <= MAX_TIMER_MS)) {
-      throw new IdempotencyConfigError(
-        `idempotencyLink: ${name} must be a number of ms from 0 to 2^31-1, got ${String(value)}.`,
-      );
-    }
-  }
-  for (const [name, value] of [
-    ['retry', options.retry],
-    ['onRetry', onRetry],
-    ['generateKey', options.generateKey],
-    ['random', options.random],
-  ] as const) {
-    if (value !== undefined && typeof value !== 'function') {
-      throw new IdempotencyConfigError(`idempotencyLink: ${name} must be a function, got ${typeof value}.`);
-    }
-  }
-  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS))) {
-    throw new IdempotencyConfigError(
-      `idempotencyLink: timeoutMs must be a number of ms > 0 (leave it out for no timeout), got ${String(timeoutMs)}.`,
-    );
-  }
+  if (timeoutMs !== undefined) checkTimerMs(timeoutMs, 'timeoutMs', where);
   if (options.generateKey === undefined && !canMakeRandomKeys()) {
-    throw new IdempotencyConfigError(
-      'idempotencyLink: this runtime has no Web Crypto API to make keys; pass generateKey.',
-    );
+    throw configError(where, 'this runtime has no Web Crypto API to make keys; pass generateKey.');
   }
 
   return () => {

@@ -83,6 +83,9 @@ describe('keys', () => {
     expect(() => idempotencyLink()).toThrow(IdempotencyConfigError);
     expect(() => idempotencyLink()).toThrow(/pass generateKey/);
     expect(() => createIdempotencyKey()).toThrow(/pass generateKey/);
+    expect(() => createIdempotencyKey({ generateKey: 'k' as never })).toThrow(
+      /createIdempotencyKey: generateKey must be a function that returns a key, got the string "k"\./,
+    );
     let n = 0;
     expect(createIdempotencyKey({ generateKey: () => `k${++n}` }).current()).toBe('k1');
   });
@@ -153,6 +156,9 @@ describe('idempotencyHeaders', () => {
       /Put idempotencyLink\(\) before/,
     );
     expect(() => idempotencyHeaders({ header: 'Idempotency Key' })).toThrow(IdempotencyConfigError);
+    expect(() => idempotencyHeaders({ header: 'Idempotency Key' })).toThrow(
+      /idempotencyHeaders: header must be a header name \(letters, digits, dashes\) matching the server's, got the string "Idempotency Key"\./,
+    );
   });
 
   it('types: fits httpLink ({ op }) and httpBatchLink ({ opList }) options', () => {
@@ -174,14 +180,22 @@ describe('idempotencyHeaders', () => {
 
 describe('idempotencyLink', () => {
   it('throws at creation on bad configuration, saying what is expected', () => {
-    expect(() => idempotencyLink({ maxAttempts: 0 })).toThrow(/maxAttempts must be a whole number >= 1/);
+    expect(() => idempotencyLink({ maxAttempts: 0 })).toThrow(
+      /idempotencyLink: maxAttempts must be a whole number >= 1, got the number 0\./,
+    );
     expect(() => idempotencyLink({ maxAttempts: 2.5 })).toThrow(IdempotencyConfigError);
-    expect(() => idempotencyLink({ baseDelayMs: -1 })).toThrow(/baseDelayMs must be a number of ms from 0 to 2\^31-1/);
+    expect(() => idempotencyLink({ baseDelayMs: -1 })).toThrow(
+      /idempotencyLink: baseDelayMs must be a number of milliseconds from 0 to 2147483647 .*, got the number -1\./,
+    );
     expect(() => idempotencyLink({ maxDelayMs: 2 ** 31 })).toThrow(/maxDelayMs/);
     // @ts-expect-error onRetry is a function
-    expect(() => idempotencyLink({ onRetry: 'log' })).toThrow(/onRetry must be a function/);
+    expect(() => idempotencyLink({ onRetry: 'log' })).toThrow(
+      /idempotencyLink: onRetry must be a function, got the string "log"\./,
+    );
     expect(() => idempotencyLink({ maxDelayMs: Number.NaN })).toThrow(/maxDelayMs/);
-    expect(() => idempotencyLink({ timeoutMs: 0 })).toThrow(/timeoutMs must be a number of ms > 0/);
+    expect(() => idempotencyLink({ timeoutMs: 0 })).toThrow(
+      /idempotencyLink: timeoutMs must be a number of milliseconds above 0 to 2147483647 .*, got the number 0\./,
+    );
     expect(() => idempotencyLink({ timeoutMs: Number.POSITIVE_INFINITY })).toThrow(/timeoutMs/);
   });
 
@@ -207,12 +221,14 @@ describe('idempotencyLink', () => {
   it('refuses an invalid caller key without sending anything', async () => {
     const transport = recordingLink();
     const client = createTRPCUntypedClient({ links: [idempotencyLink(), transport.link] });
-    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'é' } })).rejects.toThrow(/printable ASCII/);
+    await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'é' } })).rejects.toThrow(
+      /it contains a character that is not printable ASCII \(code 233 at position 0\)\. A key is 1 to 255 printable ASCII characters/,
+    );
     await expect(client.mutation('pay', {}, { context: { idempotencyKey: 42 } })).rejects.toThrow(
       /a number, not a string/,
     );
     await expect(client.mutation('pay', {}, { context: { idempotencyKey: 'x'.repeat(256) } })).rejects.toThrow(
-      /1 to 255/,
+      /it is 256 characters long; the limit is 255\. A key is 1 to 255/,
     );
     expect(transport.ops).toEqual([]);
   });

@@ -675,9 +675,15 @@ describe('openTelemetry: options', () => {
     expect(() => openTelemetry({ tracerProvider: { getMeter() {} } as never })).toThrow(
       /tracerProvider must be a TracerProvider/,
     );
-    expect(() => openTelemetry({ onEvent: 'log' as never })).toThrow(/onEvent must be a function/);
-    expect(() => openTelemetry({ spans: 'yes' as never })).toThrow(/spans must be true or false/);
-    expect(() => openTelemetry({ metrics: 1 as never })).toThrow(/metrics must be true or false/);
+    expect(() => openTelemetry({ onEvent: 'log' as never })).toThrow(
+      /openTelemetry: onEvent must be a function that takes an event, got the string "log"\./,
+    );
+    expect(() => openTelemetry({ spans: 'yes' as never })).toThrow(
+      /openTelemetry: spans must be true or false, got the string "yes"\./,
+    );
+    expect(() => openTelemetry({ metrics: 1 as never })).toThrow(
+      /openTelemetry: metrics must be true or false, got the number 1\./,
+    );
     expect(openTelemetry()).toBeTypeOf('function');
     expect(openTelemetry().name).toBe('recordIdempotencyTelemetry');
   });
