@@ -2,6 +2,7 @@ import type { TRPC_ERROR_CODE_KEY } from '@trpc/server';
 import { TRPCError } from '@trpc/server';
 import { findIdempotencyError, type IdempotencyError, type IdempotencyErrorReason } from '../core/errors.js';
 
+/** The tRPC code (and so the HTTP status) of each reason. */
 const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {
   key_missing: 'BAD_REQUEST',
   key_invalid: 'BAD_REQUEST',
@@ -15,11 +16,6 @@ const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {
   step_unrecorded: 'INTERNAL_SERVER_ERROR',
   step_misuse: 'INTERNAL_SERVER_ERROR',
 };
-
-/** The tRPC code (and so the HTTP status) of each reason. */
-export function trpcCodeOf(reason: IdempotencyErrorReason): TRPC_ERROR_CODE_KEY {
-  return CODES[reason];
-}
 
 /** Wraps an idempotency error in the `TRPCError` the client receives; the original is its `cause`. */
 export function toTRPCError(error: IdempotencyError): TRPCError {
