@@ -2,13 +2,6 @@
 // handlers and store authors. Loads nothing of @trpc/server.
 
 export { jsonCodec, type OutcomeCodec } from './core/codec.js';
-export type {
-  ExecuteInput,
-  ExecuteResult,
-  IdempotencyEngine,
-  IdempotencyEngineOptions,
-  RunOptions,
-} from './core/engine.js';
 export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
 export {
   findIdempotencyError,
@@ -41,6 +34,13 @@ export type {
   SaveStepResult,
   StoreTransaction,
 } from './core/store.js';
-export { createIdempotencyEngine } from './engine.js';
+export type {
+  ExecuteInput,
+  ExecuteResult,
+  IdempotencyEngine,
+  IdempotencyEngineOptions,
+  RunOptions,
+} from './core/types.js';
+export { createIdempotencyEngine } from './stores/default-engine.js';
 export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
 export { memoryStore } from './stores/memory.js';

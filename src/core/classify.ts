@@ -40,7 +40,11 @@ export interface ClassifyPolicy {
  * | an error the codec stores (a tRPC 4xx) | store `failed` (over maxResponseBytes: a `failed` marker; transaction: release) |
  * | any other error (5xx, 408/409/429/499, unserializable) | release |
  */
-export function classify(outcome: Outcome, codec: OutcomeCodec<unknown>, policy: ClassifyPolicy): Settlement {
+export function classify(
+  outcome: Outcome,
+  codec: OutcomeCodec<unknown>,
+  policy: ClassifyPolicy,
+): Exclude<Settlement, { kind: 'fenced' }> {
   if (outcome.ok) {
     const encoded = encodeResult(outcome.value, codec, policy.maxResponseBytes);
     if (encoded.marker === undefined) return { kind: 'store', state: 'completed', body: encoded.body };

@@ -1,8 +1,16 @@
 import { performance } from 'node:perf_hooks';
-import type { Call } from './call.js';
+import type { Attempt } from './attempt.js';
 import { IdempotencyError, storeFailure } from './errors.js';
-import type { IdempotencyEvent } from './events.js';
-import type { ClaimResult, IdempotencyStore } from './store.js';
+import { describeError, type IdempotencyEvent } from './events.js';
+import type {
+  ClaimResult,
+  CompleteInput,
+  CompleteResult,
+  IdempotencyStore,
+  SaveStepInput,
+  SaveStepResult,
+  StoreTransaction,
+} from './store.js';
 import { StoreClock } from './store-clock.js';
 import { withTimeout } from './timing.js';
 
@@ -11,26 +19,48 @@ export type Answer = Exclude<ClaimResult, { state: 'late' }>;
 
 type Operation = NonNullable<IdempotencyEvent['operation']>;
 
+/** Options of one guarded operation. */
+interface CallOptions<T> {
+  /** Leave reporting a failure to the caller (a completion retried in the background reports once, at the end). */
+  quiet?: boolean;
+  /** Receives the store's own promise: for a caller that counts answers landing after it gave up. */
+  sent?: (pending: Promise<T>) => void;
+  /** Called with the store's answer if it lands after the operation timed out. */
+  late?: (value: T) => void;
+}
+
 /**
- * The store as the engine uses it: every call bounded by a timeout (a store
- * that does not answer counts as unavailable), and every claim bounded by a
- * deadline in the store's own clock, so a claim that reaches the store after
- * the engine gave up on it takes nothing.
+ * The store as the engine uses it, and the only way core reaches it. Every
+ * operation is bounded by `storeTimeout` (a store that does not answer counts
+ * as unavailable) and reports its own failure as a `store_error` event;
+ * every claim carries a deadline in the store's own clock, so a claim that
+ * reaches the store after the engine gave up on it takes nothing.
  */
 export interface GuardedStore {
-  readonly raw: IdempotencyStore;
-  /** One store call, failing with `store_unavailable` after `timeout` ms. */
-  call<T>(operation: Operation, timeout: number, fn: () => Promise<T>): Promise<T>;
-  /** Claims `call`'s key once (`waiting`: the caller will wait for a holder). */
-  claim(call: Call, waiting: boolean): Promise<Answer>;
-  /** The error of a call that did not answer in time. */
-  timedOut(operation: Operation, timeout: number): Error;
+  /** The store's name, for messages. */
+  readonly name: string;
+  readonly savesSteps: boolean;
+  /** Claims the attempt's key (`waiting`: the caller will wait for a holder). */
+  claim(attempt: Attempt, waiting: boolean): Promise<Answer>;
+  complete(attempt: Attempt, input: CompleteInput, options?: CallOptions<CompleteResult>): Promise<CompleteResult>;
+  /** Gives the key back; false when the attempt no longer held it. */
+  release(attempt: Attempt): Promise<boolean>;
+  /** Renews the attempt's claim; false when it no longer holds it. */
+  extend(attempt: Attempt): Promise<boolean>;
+  /** Only where {@link savesSteps}. */
+  saveStep(attempt: Attempt, input: SaveStepInput): Promise<SaveStepResult>;
+  /** Listens for the key to settle, or undefined where the store cannot notify. */
+  subscribe(attempt: Attempt, listener: () => void): Promise<(() => void) | undefined>;
+  /** Only where the store has transactions (checked when the policy is resolved). */
+  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
+  /** {@link complete} inside the store's transaction. */
+  completeIn(tx: StoreTransaction, attempt: Attempt, input: CompleteInput): Promise<CompleteResult>;
 }
 
 const noop = () => {};
 
 /** Starts a store call; a synchronous throw becomes a rejection. */
-export function start<T>(fn: () => Promise<T>): Promise<T> {
+function start<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return Promise.resolve(fn());
   } catch (error) {
@@ -38,7 +68,7 @@ export function start<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-export function guardStore(store: IdempotencyStore): GuardedStore {
+export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEvent) => void): GuardedStore {
   // What the engine knows of the store's clock, to put deadlines on claims.
   const clock = new StoreClock();
 
@@ -52,8 +82,35 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
     );
   }
 
-  function call<T>(operation: Operation, timeout: number, fn: () => Promise<T>): Promise<T> {
-    return withTimeout(start(fn), timeout, () => timedOut(operation, timeout));
+  function report(attempt: Attempt, operation: Operation, error: unknown, started: number): void {
+    emit({
+      result: 'store_error',
+      name: attempt.name,
+      keyHash: attempt.keyHash,
+      durationMs: performance.now() - started,
+      operation,
+      error: describeError(error),
+    });
+  }
+
+  /** One store operation: timed, and its failure reported unless `quiet`. */
+  async function guarded<T>(
+    operation: Operation,
+    attempt: Attempt,
+    send: () => Promise<T>,
+    options: CallOptions<T> = {},
+  ): Promise<T> {
+    const timeout = attempt.policy.storeTimeout;
+    const started = performance.now();
+    const pending = start(send);
+    options.sent?.(pending);
+    try {
+      return await withTimeout(pending, timeout, () => timedOut(operation, timeout), started);
+    } catch (error) {
+      if (options.late !== undefined) pending.then(options.late, noop);
+      if (options.quiet !== true) report(attempt, operation, error, started);
+      throw error;
+    }
   }
 
   /**
@@ -62,43 +119,57 @@ export function guardStore(store: IdempotencyStore): GuardedStore {
    * outage), the store changes nothing and it can never take the key from a
    * holder whose completion is on its way.
    */
-  async function claim(c: Call, waiting: boolean): Promise<Answer> {
-    const { id, token, policy } = c;
-    const timeout = policy.storeTimeout;
-    for (let attempt = 1; ; attempt++) {
-      const sent = performance.now();
-      const sentAt = performance.timeOrigin + sent; // engineTime(), and the timeout's start
-      const deadline = clock.deadline(sentAt, timeout);
-      const pending = start(() =>
-        store.claim({ id, fingerprint: c.fp, token, lockTtl: policy.lockTtl, waiting, deadline }),
-      );
-      let result: ClaimResult;
-      try {
-        result = await withTimeout(pending, timeout, () => timedOut('claim', timeout), sent);
-      } catch (error) {
+  async function claim(attempt: Attempt, waiting: boolean): Promise<Answer> {
+    const { id, token, policy } = attempt;
+    for (let tries = 1; ; tries++) {
+      const sentAt = performance.timeOrigin + performance.now(); // engineTime(), and the timeout's start
+      const deadline = clock.deadline(sentAt, policy.storeTimeout);
+      const input = { id, fingerprint: attempt.fp, token, lockTtl: policy.lockTtl, waiting, deadline };
+      const result = await guarded('claim', attempt, () => store.claim(input), {
         // A claim that lands after we gave up (a store without deadlines, or one
         // answered just in time) must not keep the key for lockTtl: give it back.
-        pending.then(
-          (late) => (late.state === 'acquired' || late.state === 'late') && store.release({ id, token }).catch(noop),
-          noop,
-        );
-        throw error;
-      }
+        late: (answer) => {
+          if (answer.state === 'acquired' || answer.state === 'late')
+            start(() => store.release({ id, token })).catch(noop);
+        },
+      });
       if (result.time !== undefined) clock.observe(sentAt, result.time);
       if (result.state !== 'late') return result;
       // Answered in time, but the store's clock is ahead of what we knew of it:
       // this answer taught us by how much, so the claim is sent once more.
-      if (attempt === 2) {
-        throw storeFailure(
+      if (tries === 2) {
+        const error = storeFailure(
           'unavailable',
           new IdempotencyError(
             'store_unavailable',
             'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.',
           ),
         );
+        report(attempt, 'claim', error, sentAt - performance.timeOrigin);
+        throw error;
       }
     }
   }
 
-  return { raw: store, call, claim, timedOut };
+  return {
+    name: store.name ?? 'custom',
+    savesSteps: store.saveStep !== undefined,
+    claim,
+    complete: (attempt, input, options) => guarded('complete', attempt, () => store.complete(input), options),
+    release: (attempt) => guarded('release', attempt, () => store.release({ id: attempt.id, token: attempt.token })),
+    extend: (attempt) =>
+      guarded('extend', attempt, () =>
+        store.extend({ id: attempt.id, token: attempt.token, lockTtl: attempt.policy.lockTtl }),
+      ),
+    saveStep: (attempt, input) => guarded('save_step', attempt, () => store.saveStep!(input)),
+    async subscribe(attempt, listener) {
+      if (store.onSettled === undefined) return undefined;
+      return guarded('subscribe', attempt, () => store.onSettled!(attempt.id, listener), {
+        // A subscription that lands after we gave up must not leak its listener.
+        late: (unsubscribe) => unsubscribe(),
+      });
+    },
+    transaction: (fn) => store.transaction!(fn),
+    completeIn: (tx, attempt, input) => guarded('complete', attempt, () => tx.complete(input)),
+  };
 }

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
-import type { Call, EngineScope } from './call.js';
-import { describeError } from './events.js';
+import type { Attempt } from './attempt.js';
+import type { EngineRuntime } from './runtime.js';
 import { type Timed, type TimerQueue, timerQueue } from './timing.js';
 
 type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
@@ -11,8 +11,8 @@ type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
  * says the claim is gone, or renewals fail until the claim must have expired,
  * the lease's signal aborts: someone else may now run the operation.
  *
- * One object per call, its renewals on the shared {@link TimerQueue} of its
- * period: every call makes one and most stop it within microseconds, so it
+ * One object per claimed run, its renewals on the shared {@link TimerQueue} of its
+ * period: most runs stop it at once, so it
  * has no timer, closures or AbortController of its own until it needs them.
  */
 export class Lease implements Timed {
@@ -31,12 +31,12 @@ export class Lease implements Timed {
   #stopped = false;
 
   constructor(
-    private readonly scope: EngineScope,
-    private readonly call: Call,
+    private readonly runtime: EngineRuntime,
+    private readonly attempt: Attempt,
   ) {
     this.started = performance.now();
-    this.#startedAt = this.#confirmedAt = scope.now();
-    timerQueue(Math.max(Math.floor(call.policy.lockTtl / 3), 1)).add(this, this.started);
+    this.#startedAt = this.#confirmedAt = runtime.now();
+    timerQueue(Math.max(Math.floor(attempt.policy.lockTtl / 3), 1)).add(this, this.started);
   }
 
   /**
@@ -74,8 +74,8 @@ export class Lease implements Timed {
 
   /** A renewal is due (the queue calls it every period until stopped). */
   fire(): void {
-    const { lockTtl, maxRunTime } = this.call.policy;
-    const { now } = this.scope;
+    const { lockTtl, maxRunTime } = this.attempt.policy;
+    const { now } = this.runtime;
     this.queue = undefined;
     timerQueue(Math.max(Math.floor(lockTtl / 3), 1)).add(this, performance.now());
     if (maxRunTime !== undefined && now() - this.#startedAt >= maxRunTime) {
@@ -91,30 +91,19 @@ export class Lease implements Timed {
         if (held) this.#confirmedAt = attemptAt;
         else this.#lose('fenced');
       },
-      (error: unknown) => {
+      () => {
         this.#inFlight = false;
-        const { name, keyHash } = this.call;
-        this.scope.emit({
-          result: 'store_error',
-          name,
-          keyHash,
-          durationMs: 0,
-          operation: 'extend',
-          error: describeError(error),
-        });
-        // Unconfirmed for a whole lockTtl: the claim has expired in the store.
+        // The guard reported the failure. Unconfirmed for a whole lockTtl: the claim has expired in the store.
         if (now() - this.#confirmedAt >= lockTtl) this.#lose('unconfirmed');
       },
     );
   }
 
   async #extend(): Promise<boolean> {
-    const { store, emit, observed } = this.scope;
-    const { id, token, policy, name, keyHash } = this.call;
+    const { store, emit, observed } = this.runtime;
+    const { name, keyHash } = this.attempt;
     const renewStart = observed ? performance.now() : 0;
-    const held = await store.call('extend', policy.storeTimeout, () =>
-      store.raw.extend({ id, token, lockTtl: policy.lockTtl }),
-    );
+    const held = await store.extend(this.attempt);
     if (held && observed) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
     return held;
   }
@@ -132,7 +121,7 @@ export class Lease implements Timed {
   }
 
   #report(reason: LostReason): void {
-    const { name, keyHash } = this.call;
-    this.scope.emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - this.started, reason });
+    const { name, keyHash } = this.attempt;
+    this.runtime.emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - this.started, reason });
   }
 }

@@ -1,5 +1,6 @@
 import type { OutcomeCodec } from './codec.js';
 import { IdempotencyError } from './errors.js';
+import type { ExecuteResult } from './types.js';
 
 /**
  * The stored form of an operation's outcome, and what a replay of it gives.
@@ -71,4 +72,15 @@ export function byteLengthExceeds(body: string, max: number): boolean {
   if (body.length > max) return true;
   if (body.length * 3 <= max) return false;
   return Buffer.byteLength(body) > max;
+}
+
+/** What a retry gets from a stored outcome: the first value, the stored error, or the error saying it cannot be replayed. */
+export function decodeStored<T>(
+  stored: { state: 'completed' | 'failed'; body: string; marker: 'unreplayable' | 'response_too_large' | undefined },
+  codec: OutcomeCodec<unknown>,
+  maxBytes: number,
+): ExecuteResult<T> {
+  if (stored.state === 'completed') return { ok: true, value: codec.deserialize(stored.body) as T, replayed: true };
+  if (stored.marker !== undefined) return { ok: false, error: markerError(stored.marker, maxBytes), replayed: true };
+  return { ok: false, error: codec.deserializeError(stored.body), replayed: true };
 }

@@ -1,4 +1,14 @@
-import { IdempotencyConfigError } from './errors.js';
+import {
+  checkBoolean,
+  checkFunction,
+  checkOneOf,
+  checkPositiveMs,
+  checkTimerMs,
+  checkWholeNumber,
+  configError,
+} from './options.js';
+import type { IdempotencyStore } from './store.js';
+import type { IdempotencyEngineOptions } from './types.js';
 
 /** What happens to a request that finds its key held by a request still running. */
 export type InFlightPolicy = 'reject' | 'wait';
@@ -99,9 +109,6 @@ export interface ResolvedPolicy {
 /** The default `storeTimeout`, in ms, lowered to lockTtl / 3 for a shorter lockTtl. */
 export const DEFAULT_STORE_TIMEOUT = 1_000;
 
-/** The longest delay a Node.js timer keeps (about 24.8 days); a longer one fires after 1 ms. */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /**
  * Merges `overrides` over `base` and validates the result. Throws
  * {@link IdempotencyConfigError} with what to change; it runs when the engine
@@ -123,62 +130,41 @@ export function resolvePolicy(
   const excludeFields = pick('excludeFields');
   const transaction = pick('transaction');
   const maxRunTime = overrides.maxRunTime ?? base.maxRunTime;
-  if (maxRunTime !== undefined) timerMs(maxRunTime, 'maxRunTime', where);
-
-  positiveMs(ttl, 'ttl', where);
-  timerMs(lockTtl, 'lockTtl', where);
+  if (maxRunTime !== undefined) checkTimerMs(maxRunTime, 'maxRunTime', where);
+  checkPositiveMs(ttl, 'ttl', where);
+  checkTimerMs(lockTtl, 'lockTtl', where);
   const storeTimeout = base.storeTimeout ?? Math.min(DEFAULT_STORE_TIMEOUT, Math.max(Math.floor(lockTtl / 3), 1));
-  timerMs(storeTimeout, 'storeTimeout', where);
+  checkTimerMs(storeTimeout, 'storeTimeout', where);
   if (storeTimeout > lockTtl / 3) {
-    throw new IdempotencyConfigError(
-      `${where}: storeTimeout (${storeTimeout} ms) is more than a third of lockTtl (${lockTtl} ms). The claim is renewed every lockTtl / 3, ` +
+    throw configError(
+      where,
+      `storeTimeout (${storeTimeout} ms) is more than a third of lockTtl (${lockTtl} ms). The claim is renewed every lockTtl / 3, ` +
         'and each renewal must get its answer (or time out) before the next is due, or a lost claim is noticed too late. Raise lockTtl or lower storeTimeout.',
     );
   }
   if (lockTtl > ttl) {
-    throw new IdempotencyConfigError(
-      `${where}: lockTtl (${lockTtl} ms) is longer than ttl (${ttl} ms). A claim must not outlive the stored outcome; lower lockTtl or raise ttl.`,
+    throw configError(
+      where,
+      `lockTtl (${lockTtl} ms) is longer than ttl (${ttl} ms). A claim must not outlive the stored outcome; lower lockTtl or raise ttl.`,
     );
   }
-  if (inFlight !== 'reject' && inFlight !== 'wait') {
-    throw new IdempotencyConfigError(`${where}: inFlight must be 'reject' or 'wait', got ${JSON.stringify(inFlight)}.`);
-  }
-  if (
-    typeof waitTimeout !== 'number' ||
-    !Number.isFinite(waitTimeout) ||
-    waitTimeout < 0 ||
-    waitTimeout > MAX_TIMER_MS
-  ) {
-    throw new IdempotencyConfigError(
-      `${where}: waitTimeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (2^31 - 1, a Node.js timer's limit), got ${String(waitTimeout)}.`,
-    );
-  }
-  if (onStoreError !== 'fail-closed' && onStoreError !== 'fail-open') {
-    throw new IdempotencyConfigError(
-      `${where}: onStoreError must be 'fail-closed' or 'fail-open', got ${JSON.stringify(onStoreError)}.`,
-    );
-  }
-  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes <= 0) {
-    throw new IdempotencyConfigError(
-      `${where}: maxResponseBytes must be a positive integer, got ${String(maxResponseBytes)}.`,
-    );
-  }
+  checkOneOf(inFlight, 'inFlight', where, ['reject', 'wait']);
+  checkTimerMs(waitTimeout, 'waitTimeout', where, { allowZero: true });
+  checkOneOf(onStoreError, 'onStoreError', where, ['fail-closed', 'fail-open']);
+  checkWholeNumber(maxResponseBytes, 'maxResponseBytes', where, { min: 1, unit: ' of bytes' });
   if (!Array.isArray(excludeFields) || excludeFields.some((f) => typeof f !== 'string' || f === '')) {
-    throw new IdempotencyConfigError(`${where}: excludeFields must be an array of field names (non-empty strings).`);
+    throw configError(where, 'excludeFields must be an array of field names (non-empty strings).');
   }
   const path = excludeFields.find((f) => f.includes('.'));
   if (path !== undefined) {
     const leaf = path.slice(path.lastIndexOf('.') + 1);
-    throw new IdempotencyConfigError(
-      `${where}: excludeFields takes field names, each left out at any depth, not paths: ${JSON.stringify(path)} would exclude nothing. ` +
+    throw configError(
+      where,
+      `excludeFields takes field names, each left out at any depth, not paths: ${JSON.stringify(path)} would exclude nothing. ` +
         `Write ${JSON.stringify(leaf)} to leave out every field of that name.`,
     );
   }
-  if (typeof transaction !== 'boolean') {
-    throw new IdempotencyConfigError(
-      `${where}: transaction must be true or false, got ${JSON.stringify(transaction)}.`,
-    );
-  }
+  checkBoolean(transaction, 'transaction', where);
   return Object.freeze({
     transaction,
     maxRunTime,
@@ -193,20 +179,37 @@ export function resolvePolicy(
   });
 }
 
-/** A positive number of ms that a Node.js timer can wait. */
-export function timerMs(value: unknown, name: string, where: string): asserts value is number {
-  positiveMs(value, name, where);
-  if (value > MAX_TIMER_MS) {
-    throw new IdempotencyConfigError(
-      `${where}: ${name} must be at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days: a Node.js timer's limit), got ${String(value)}.`,
+/** The engine's own options (the policy's are checked by {@link resolvePolicy}), with their defaults. */
+export function checkEngineOptions(options: IdempotencyEngineOptions & { store: IdempotencyStore }) {
+  const where = 'idempotency options';
+  const { store, now = Date.now, retryAfter = 1, onEvent } = options;
+  checkStore(store);
+  checkFunction(now, 'now', where, 'a function that returns the time in ms');
+  if (options.storeTimeout !== undefined) checkTimerMs(options.storeTimeout, 'storeTimeout', where);
+  checkWholeNumber(retryAfter, 'retryAfter', where, { unit: ' of seconds' });
+  if (onEvent !== undefined) checkFunction(onEvent, 'onEvent', where, 'a function that takes an event');
+  return { store, now: now as () => number, retryAfter, onEvent };
+}
+
+export function checkTransaction(policy: ResolvedPolicy, store: IdempotencyStore, where: string): void {
+  if (policy.transaction && store.transaction === undefined) {
+    throw configError(
+      where,
+      'transaction: true needs a store with transactions (the Drizzle store); this store has none.',
     );
   }
 }
 
-export function positiveMs(value: unknown, name: string, where: string): asserts value is number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new IdempotencyConfigError(
-      `${where}: ${name} must be a positive number of milliseconds, got ${String(value)}.`,
+/** A store is an object with the four atomic operations; anything else fails here, not per request. */
+function checkStore(store: unknown): asserts store is IdempotencyStore {
+  const missing = ['claim', 'complete', 'release', 'extend'].filter(
+    (method) => typeof (store as Record<string, unknown> | null)?.[method] !== 'function',
+  );
+  if (missing.length > 0) {
+    throw configError(
+      'idempotency options',
+      `store must implement the IdempotencyStore interface (claim, complete, release, extend); it has no ${missing.join(', ')}. ` +
+        'Pass memoryStore(), redisStore({ client }) or drizzleStore({ db }).',
     );
   }
 }

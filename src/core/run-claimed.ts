@@ -1,13 +1,14 @@
 import { performance } from 'node:perf_hooks';
-import type { Call, EngineScope } from './call.js';
+import type { Attempt } from './attempt.js';
+import { ClaimedRun, runAsCurrent } from './claimed-run.js';
 import { classify, type Settlement } from './classify.js';
-import { ClaimedCall, runAsCall } from './context.js';
-import type { ExecuteInput, ExecuteResult } from './engine.js';
 import { inProgressError } from './errors.js';
 import { Lease } from './lease.js';
 import { markerError } from './outcome.js';
+import type { EngineRuntime } from './runtime.js';
 import { settle } from './settle.js';
 import type { RecordedStep } from './store.js';
+import type { ExecuteInput, ExecuteResult } from './types.js';
 
 /**
  * Runs the operation under the claim, renewing the claim while it runs, then
@@ -16,21 +17,21 @@ import type { RecordedStep } from './store.js';
  * operation's own transaction.
  */
 export async function runClaimed<T>(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   input: ExecuteInput<T>,
   recorded: readonly RecordedStep[] | undefined,
 ): Promise<ExecuteResult<T>> {
-  const { emit } = scope;
-  const { policy, name, keyHash } = call;
-  const lease = new Lease(scope, call);
+  const { emit } = runtime;
+  const { policy, name, keyHash } = attempt;
+  const lease = new Lease(runtime, attempt);
 
   let outcome: ExecuteResult<T>;
   let settlement: Settlement | undefined;
-  let claimed: ClaimedCall | undefined;
+  let claimed: ClaimedRun | undefined;
   try {
     if (policy.transaction) {
-      const value = await runInTransaction(scope, call, {
+      const value = await runInTransaction(runtime, attempt, {
         input,
         lease,
         recorded,
@@ -41,9 +42,9 @@ export async function runClaimed<T>(
       emit({ result: 'completed', name, keyHash, durationMs: performance.now() - lease.started, state: 'completed' });
       return { ok: true, value, replayed: false };
     }
-    claimed = new ClaimedCall(scope, call, lease, undefined, recorded);
+    claimed = new ClaimedRun(runtime, attempt, lease, undefined, recorded);
     const run = claimed;
-    const value = await runAsCall(run, () => input.run(run));
+    const value = await runAsCurrent(run, () => input.run(run));
     lease.stop();
     // Every recorded step reached, none left running: else the outcome is that error, and the key is released.
     const stepError = claimed.steps?.finish();
@@ -55,8 +56,8 @@ export async function runClaimed<T>(
     lease.stop();
   }
   // It ran: even a result that cannot be replayed is recorded, so a retry never runs it again.
-  settlement ??= classify(outcome, call.codec, policy);
-  await settle(scope, call, settlement, lease, claimed?.steps?.used === true);
+  settlement ??= classify(outcome, attempt.codec, policy);
+  await settle(runtime, attempt, settlement, lease, claimed?.steps?.used === true);
   return outcome;
 }
 
@@ -67,50 +68,47 @@ export async function runClaimed<T>(
  * settle after the rollback.
  */
 async function runInTransaction<T>(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   run: {
     input: ExecuteInput<T>;
     lease: Lease;
     recorded: readonly RecordedStep[] | undefined;
     settled: (settlement: Settlement) => void;
-    running: (call: ClaimedCall) => void;
+    running: (attempt: ClaimedRun) => void;
   },
 ): Promise<T> {
-  const { store } = scope;
-  const { id, token, policy } = call;
-  return store.raw.transaction!(async (tx) => {
+  const { store } = runtime;
+  const { id, token, policy } = attempt;
+  return store.transaction(async (tx) => {
     // Steps are recorded outside this transaction: their effects happened even if it rolls back.
-    const inTx = new ClaimedCall(scope, call, run.lease, tx.handle, run.recorded);
+    const inTx = new ClaimedRun(runtime, attempt, run.lease, tx.handle, run.recorded);
     run.running(inTx);
-    const result = await runAsCall(inTx, () => run.input.run(inTx));
+    const result = await runAsCurrent(inTx, () => run.input.run(inTx));
     const stepError = inTx.steps?.finish();
     if (stepError !== undefined) throw stepError;
-    const settlement = classify({ ok: true, value: result }, call.codec, policy);
+    const settlement = classify({ ok: true, value: result }, attempt.codec, policy);
     if (settlement.kind === 'release') {
       // Rolled back, so nothing happened: the key is given back for a retry.
       run.settled(settlement);
       throw markerError(settlement.reason as 'unreplayable' | 'response_too_large', policy.maxResponseBytes);
     }
-    if (settlement.kind !== 'store') throw new Error('unreachable: classify stores or releases a value');
     // From here the row lock held by this transaction fences the claim.
     run.lease.stop();
-    const stored = await store.call('complete', policy.storeTimeout, () =>
-      tx.complete({
-        id,
-        fingerprint: call.fp,
-        token,
-        state: 'completed',
-        body: settlement.body,
-        ttl: policy.ttl,
-        ...(inTx.steps?.used === true ? { clearSteps: true } : {}),
-      }),
-    );
+    const stored = await store.completeIn(tx, attempt, {
+      id,
+      fingerprint: attempt.fp,
+      token,
+      state: 'completed',
+      body: settlement.body,
+      ttl: policy.ttl,
+      ...(inTx.steps?.used === true ? { clearSteps: true } : {}),
+    });
     if (stored !== 'stored') {
       run.lease.fenced();
       run.settled({ kind: 'fenced' });
       throw inProgressError(
-        scope.retryAfter,
+        runtime.retryAfter,
         'the claim on this key expired while the operation ran, so its transaction was rolled back, and another request now holds the key',
       );
     }

@@ -1,11 +1,10 @@
 import { performance } from 'node:perf_hooks';
-import type { Call, EngineScope } from './call.js';
+import type { Attempt } from './attempt.js';
 import type { Settlement } from './classify.js';
 import { describeError } from './events.js';
-import { start } from './guarded-store.js';
+import type { EngineRuntime } from './runtime.js';
 import type { CompleteInput, CompleteResult } from './store.js';
 import { engineTime } from './store-clock.js';
-import { withTimeout } from './timing.js';
 
 /** What settling needs to know of the run (its lease): when it started, and how to report the claim lost. */
 export interface RunReport {
@@ -17,84 +16,66 @@ export interface RunReport {
 /**
  * Stores the outcome or gives the key back. A completion the store does not
  * take in time is tried again in the background ({@link completeLater}); a
- * release that fails is left to expire after lockTtl.
+ * release that fails is left to expire after lockTtl (the client's retry
+ * meets 409 until then). The guard reports each store failure.
  */
 export async function settle(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   settlement: Settlement,
   run: RunReport,
   clearSteps = false,
 ): Promise<void> {
-  const { store, emit } = scope;
-  const { id, fp, token, policy, name, keyHash } = call;
-  const settleStart = scope.observed ? performance.now() : 0; // for events only
+  const { store, emit } = runtime;
+  const { id, fp, token, policy, name, keyHash } = attempt;
+  const settleStart = runtime.observed ? performance.now() : 0; // for events only
   if (settlement.kind === 'fenced') return; // nothing to release: the claim is someone else's
   if (settlement.kind === 'release') {
-    try {
-      const released = await store.call('release', policy.storeTimeout, () => store.raw.release({ id, token }));
-      if (released)
-        emit({
-          result: 'released',
-          name,
-          keyHash,
-          durationMs: performance.now() - settleStart,
-          reason: settlement.reason,
-        });
-      else run.fenced();
-    } catch (error) {
-      // The claim expires after lockTtl anyway; the client's retry meets 409 until then.
+    const released = await store.release(attempt).catch(() => undefined);
+    if (released === true) {
       emit({
-        result: 'store_error',
+        result: 'released',
         name,
         keyHash,
         durationMs: performance.now() - settleStart,
-        operation: 'release',
-        error: describeError(error),
+        reason: settlement.reason,
       });
+    } else if (released === false) {
+      run.fenced();
     }
     return;
   }
   const { state, body, reason } = settlement;
-  const complete: CompleteInput = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
-  if (clearSteps) complete.clearSteps = true;
-  const attempt = () => start(() => store.raw.complete(complete));
+  const input: CompleteInput = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
+  if (clearSteps) input.clearSteps = true;
   let result: CompleteResult;
   try {
-    result = await withTimeout(attempt(), policy.storeTimeout, () => store.timedOut('complete', policy.storeTimeout));
-  } catch (error) {
-    emit({
-      result: 'store_error',
-      name,
-      keyHash,
-      durationMs: performance.now() - settleStart,
-      operation: 'complete',
-      error: describeError(error),
-    });
-    void completeLater(scope, call, { attempt, state, reason, run });
+    result = await store.complete(attempt, input);
+  } catch {
+    void completeLater(runtime, attempt, { input, state, reason, run });
     return;
   }
-  if (result === 'stored') reportCompleted(scope, call, { state, reason, run }, false);
+  if (result === 'stored') reportCompleted(runtime, attempt, { state, reason, run }, false);
   else if (result === 'finished') run.fenced();
   // Another claim is live: it may be one that reached the store after its
   // caller gave up, and is given back at once. Keep trying until lockTtl.
-  else void completeLater(scope, call, { attempt, state, reason, run });
+  else void completeLater(runtime, attempt, { input, state, reason, run });
 }
 
 /** The `completed` event, when someone listens. */
 function reportCompleted(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   completion: { state: 'completed' | 'failed'; reason: string | undefined; run: RunReport },
   late: boolean,
 ): void {
-  if (!scope.observed) return;
+  if (!runtime.observed) return;
   const { state, reason, run } = completion;
   const why = reason ?? (late ? 'completed_late' : undefined);
-  scope.emit({
+  runtime.emit({
     result: 'completed',
-    name: call.name,
-    keyHash: call.keyHash,
+    name: attempt.name,
+    keyHash: attempt.keyHash,
     durationMs: performance.now() - run.started,
     state,
     ...(why === undefined ? {} : { reason: why }),
@@ -110,17 +91,17 @@ function reportCompleted(
  * queued command after a reconnect, long after the caller stopped waiting.
  */
 async function completeLater(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   opts: {
-    attempt: () => Promise<CompleteResult>;
+    input: CompleteInput;
     state: 'completed' | 'failed';
     reason: string | undefined;
     run: RunReport;
   },
 ): Promise<void> {
-  const { attempt, state, reason, run } = opts;
-  const { policy, name, keyHash } = call;
+  const { input, state, reason, run } = opts;
+  const { policy, name, keyHash } = attempt;
   const deadline = engineTime() + policy.lockTtl;
   const inFlight = new Set<Promise<CompleteResult>>();
   let done = false;
@@ -128,7 +109,7 @@ async function completeLater(
   const finish = (result: CompleteResult) => {
     if (done) return;
     done = true;
-    if (result === 'stored') reportCompleted(scope, call, { state, reason, run }, true);
+    if (result === 'stored') reportCompleted(runtime, attempt, { state, reason, run }, true);
     else run.fenced();
   };
   for (let delay = 100; !done; delay = Math.min(delay * 2, 2_000)) {
@@ -136,20 +117,21 @@ async function completeLater(
     if (remaining <= 0) break;
     await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, remaining)).unref());
     if (done) return;
-    const pending = attempt();
-    inFlight.add(pending);
-    // An attempt given up on below may still land: its answer counts then.
-    pending.then(
-      (late) => {
-        inFlight.delete(pending);
-        if (late === 'stored') finish(late);
-      },
-      () => inFlight.delete(pending),
-    );
     try {
-      const result = await withTimeout(pending, policy.storeTimeout, () =>
-        scope.store.timedOut('complete', policy.storeTimeout),
-      );
+      const result = await runtime.store.complete(attempt, input, {
+        quiet: true,
+        // An attempt given up on may still land: its answer counts then.
+        sent: (pending) => {
+          inFlight.add(pending);
+          pending.then(
+            (answer) => {
+              inFlight.delete(pending);
+              if (answer === 'stored') finish(answer);
+            },
+            () => inFlight.delete(pending),
+          );
+        },
+      });
       if (result !== 'held') return finish(result);
     } catch (error) {
       lastError = error;
@@ -160,7 +142,7 @@ async function completeLater(
   await Promise.allSettled([...inFlight]);
   if (done) return;
   done = true;
-  scope.emit({
+  runtime.emit({
     result: 'store_error',
     name,
     keyHash,

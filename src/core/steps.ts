@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import type { Call, EngineScope } from './call.js';
+import type { Attempt } from './attempt.js';
 import { IdempotencyError, inProgressError, retryable } from './errors.js';
-import { describeError } from './events.js';
 import { hasLoneSurrogate } from './key.js';
-import type { RecordedStep } from './store.js';
+import { describeValue } from './options.js';
+import type { EngineRuntime } from './runtime.js';
+import type { RecordedStep, SaveStepResult } from './store.js';
 
 /**
  * Recovery points: `step(name, fn)` inside a protected operation.
@@ -48,12 +49,12 @@ export function deriveStepKey(id: string, name: string): string {
 
 export function checkStepName(name: unknown): asserts name is string {
   if (typeof name !== 'string' || name === '') {
-    throw misuse(`A step needs a name, a non-empty string (such as 'charge'); got ${describe(name)}.`);
+    throw misuse(`A step needs a name, a non-empty string (such as 'charge'); got ${describeValue(name)}.`);
   }
   // Hashed as UTF-8, a lone surrogate becomes U+FFFD: two such names would derive one downstream key.
   if (hasLoneSurrogate(name)) {
     throw misuse(
-      `The step name ${describe(name)} is not well-formed Unicode (it holds a lone surrogate). Name the step in plain text.`,
+      `The step name ${describeValue(name)} is not well-formed Unicode (it holds a lone surrogate). Name the step in plain text.`,
     );
   }
 }
@@ -63,25 +64,21 @@ export function checkStepName(name: unknown): asserts name is string {
  * step took none). Neither the clock nor the event is touched when nobody listens.
  */
 function reportStep(
-  scope: EngineScope,
-  call: Call,
+  runtime: EngineRuntime,
+  attempt: Attempt,
   step: string,
   reason: 'ran' | 'resumed' | 'unprotected',
   started: number | undefined,
 ): void {
-  if (!scope.observed) return;
-  scope.emit({
+  if (!runtime.observed) return;
+  runtime.emit({
     result: 'step',
-    name: call.name,
-    keyHash: call.keyHash,
+    name: attempt.name,
+    keyHash: attempt.keyHash,
     durationMs: started === undefined ? 0 : performance.now() - started,
     step,
     reason,
   });
-}
-
-function describe(value: unknown): string {
-  return typeof value === 'string' ? JSON.stringify(value) : value === null ? 'null' : typeof value;
 }
 
 function misuse(message: string): IdempotencyError {
@@ -91,8 +88,8 @@ function misuse(message: string): IdempotencyError {
 const list = (names: readonly string[]) => `[${names.map((n) => JSON.stringify(n)).join(', ')}]`;
 
 /**
- * The steps of one claimed call: those an earlier holder recorded, and those
- * this run has reached. Made only for a call that uses steps, or that found
+ * The steps of one claimed run: those an earlier holder recorded, and those
+ * this run has reached. Made only for an attempt that uses steps, or that found
  * steps recorded at its claim.
  */
 export class StepLog {
@@ -104,8 +101,8 @@ export class StepLog {
   used = false;
 
   constructor(
-    private readonly scope: EngineScope,
-    private readonly call: Call,
+    private readonly runtime: EngineRuntime,
+    private readonly attempt: Attempt,
     private readonly lease: { wasLost(): boolean; fenced(): void; readonly signal: AbortSignal },
     recorded: readonly RecordedStep[] | undefined,
   ) {
@@ -117,7 +114,7 @@ export class StepLog {
     checkStepName(name);
     if (typeof fn !== 'function') {
       throw misuse(
-        `step(${JSON.stringify(name)}, fn): fn must be a function that does the step's work; got ${describe(fn)}.`,
+        `step(${JSON.stringify(name)}, fn): fn must be a function that does the step's work; got ${describeValue(fn)}.`,
       );
     }
     if (this.#running !== undefined) {
@@ -131,23 +128,23 @@ export class StepLog {
         `The step name ${JSON.stringify(name)} is used twice in this operation. Step names must be unique within an operation: name each one after what it does.`,
       );
     }
-    const { scope, call } = this;
+    const { runtime, attempt } = this;
     const index = this.#reached.length;
     this.#reached.push(name);
     const recorded = this.#recorded[index];
     if (recorded !== undefined) {
       if (recorded.name !== name) throw this.#mismatch();
       this.#bytes += Buffer.byteLength(recorded.body);
-      const value = call.codec.deserialize(recorded.body) as T;
-      reportStep(scope, call, name, 'resumed', undefined);
+      const value = attempt.codec.deserialize(recorded.body) as T;
+      reportStep(runtime, attempt, name, 'resumed', undefined);
       return value;
     }
     if (this.lease.wasLost()) throw this.#lost(name);
     this.#running = name;
-    const started = scope.observed ? performance.now() : 0;
+    const started = runtime.observed ? performance.now() : 0;
     let value: T;
     try {
-      value = await fn({ key: deriveStepKey(call.id, name) });
+      value = await fn({ key: deriveStepKey(attempt.id, name) });
     } catch (error) {
       // The step did not complete: nothing is recorded, and a retry runs it again.
       this.#reached.pop();
@@ -156,7 +153,7 @@ export class StepLog {
       this.#running = undefined;
     }
     await this.#save(index, name, value);
-    reportStep(scope, call, name, 'ran', started);
+    reportStep(runtime, attempt, name, 'ran', started);
     return value;
   }
 
@@ -178,11 +175,11 @@ export class StepLog {
   }
 
   async #save(index: number, name: string, value: unknown): Promise<void> {
-    const { scope, call } = this;
-    const { policy } = call;
+    const { runtime, attempt } = this;
+    const { policy } = attempt;
     let body: string;
     try {
-      body = call.codec.serialize(value);
+      body = attempt.codec.serialize(value);
     } catch (error) {
       throw this.#unrecorded(name, 'its result cannot be serialized', error);
     }
@@ -193,29 +190,18 @@ export class StepLog {
         `the steps' results would take ${total} bytes, more than maxResponseBytes (${policy.maxResponseBytes})`,
       );
     }
-    const save = scope.store.raw.saveStep!;
-    let saved: Awaited<ReturnType<typeof save>>;
+    let saved: SaveStepResult;
     try {
-      saved = await scope.store.call('save_step', policy.storeTimeout, () =>
-        save.call(scope.store.raw, {
-          id: call.id,
-          token: call.token,
-          fingerprint: call.fp,
-          index,
-          name,
-          body,
-          ttl: policy.ttl,
-        }),
-      );
-    } catch (error) {
-      scope.emit({
-        result: 'store_error',
-        name: call.name,
-        keyHash: call.keyHash,
-        durationMs: 0,
-        operation: 'save_step',
-        error: describeError(error),
+      saved = await runtime.store.saveStep(attempt, {
+        id: attempt.id,
+        token: attempt.token,
+        fingerprint: attempt.fp,
+        index,
+        name,
+        body,
+        ttl: policy.ttl,
       });
+    } catch (error) {
       throw this.#unrecorded(name, 'the store did not record it', error);
     }
     if (saved === 'fenced') {
@@ -256,7 +242,7 @@ export class StepLog {
 
   #lost(name: string): IdempotencyError {
     const error = inProgressError(
-      this.scope.retryAfter,
+      this.runtime.retryAfter,
       `the claim on this key was lost before step ${JSON.stringify(name)} could be recorded, and another request may hold it now`,
     );
     return retryable(error);
@@ -276,21 +262,21 @@ export function stepKeyOf(id: string): IdempotencySteps['stepKey'] {
  * caller's signal, and steps that simply run, since nothing can be recorded; `stepKey` still derives
  * the same keys, so downstream calls stay deduplicated.
  */
-export function unrecordedCall(
-  scope: EngineScope,
-  call: Call,
+export function unprotectedRun(
+  runtime: EngineRuntime,
+  attempt: Attempt,
   signal: AbortSignal,
 ): IdempotencySteps & { signal: AbortSignal; transaction: undefined } {
-  const stepKey = stepKeyOf(call.id);
+  const stepKey = stepKeyOf(attempt.id);
   return {
     signal,
     transaction: undefined,
     stepKey,
     async step(name, fn) {
       const key = stepKey(name);
-      const started = scope.observed ? performance.now() : 0;
+      const started = runtime.observed ? performance.now() : 0;
       const value = await fn({ key });
-      reportStep(scope, call, name, 'unprotected', started);
+      reportStep(runtime, attempt, name, 'unprotected', started);
       return value;
     },
   };

@@ -1,6 +1,6 @@
-import type { Call, EngineScope } from './call.js';
-import { describeError } from './events.js';
-import { type Answer, start } from './guarded-store.js';
+import type { Attempt } from './attempt.js';
+import type { Answer } from './guarded-store.js';
+import type { EngineRuntime } from './runtime.js';
 import { interruptibleSleep } from './timing.js';
 
 /** Polling when nothing notifies (a store without `onSettled`, or a failed subscription): it is the only way to learn. */
@@ -9,7 +9,6 @@ const MAX_POLL_MS = 1_000;
 // Subscribed, a poll only catches a lost message or a crashed holder's expired claim, so it starts later and backs off further.
 const FIRST_SUBSCRIBED_POLL_MS = 500;
 const MAX_SUBSCRIBED_POLL_MS = 5_000;
-const noop = () => {};
 
 /**
  * `inFlight: 'wait'`: claims, and while another request holds the key with
@@ -21,10 +20,14 @@ const noop = () => {};
  * Returns the last answer: the outcome to replay, the key (if the holder gave
  * it back), or `in_progress` when the wait is over.
  */
-export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortSignal | undefined): Promise<Answer> {
-  const { store, now } = scope;
-  const { id, fp, policy, name, keyHash } = call;
-  let result = await store.claim(call, true);
+export async function claimOrWait(
+  runtime: EngineRuntime,
+  attempt: Attempt,
+  signal: AbortSignal | undefined,
+): Promise<Answer> {
+  const { store, now } = runtime;
+  const { fp, policy } = attempt;
+  let result = await store.claim(attempt, true);
   if (result.state !== 'in_progress' || result.fingerprint !== fp) return result;
 
   const deadline = now() + policy.waitTimeout;
@@ -35,23 +38,10 @@ export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortS
     wakeCurrent?.();
   };
   let unsubscribe: (() => void) | undefined;
-  const subscribe = store.raw.onSettled;
-  if (subscribe !== undefined) {
-    const pending = start(() => subscribe.call(store.raw, id, onSettled));
-    try {
-      unsubscribe = await store.call('subscribe', policy.storeTimeout, () => pending);
-    } catch (error) {
-      // A subscription that lands after we gave up must not leak its listener.
-      pending.then((late) => late(), noop);
-      scope.emit({
-        result: 'store_error',
-        name,
-        keyHash,
-        durationMs: 0,
-        operation: 'subscribe',
-        error: describeError(error),
-      });
-    }
+  try {
+    unsubscribe = await store.subscribe(attempt, onSettled);
+  } catch {
+    // Reported by the guard: without notifications, polling alone finds the outcome.
   }
   const subscribed = unsubscribe !== undefined;
   const maxDelay = subscribed ? MAX_SUBSCRIBED_POLL_MS : MAX_POLL_MS;
@@ -62,7 +52,7 @@ export async function claimOrWait(scope: EngineScope, call: Call, signal: AbortS
     for (;;) {
       notified = false;
       try {
-        result = await store.claim(call, true);
+        result = await store.claim(attempt, true);
       } catch {
         // The holder was seen running: a store failure now must not let
         // this request run unprotected beside it (fail-open), so it gets 409.

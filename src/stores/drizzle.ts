@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { idempotentCall } from '../core/context.js';
+import { currentRun } from '../core/claimed-run.js';
 import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
 import type {
   ClaimInput,
@@ -482,7 +482,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     },
 
     transactionOf(_ctx?: object): TransactionOf<TDb> {
-      const tx = idempotentCall.getStore()?.transaction;
+      const tx = currentRun.getStore()?.transaction;
       if (tx === undefined) {
         throw new IdempotencyConfigError(
           'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',

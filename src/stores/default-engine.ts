@@ -1,5 +1,6 @@
-import { createEngine, type IdempotencyEngine, type IdempotencyEngineOptions } from './core/engine.js';
-import { memoryStore } from './stores/memory.js';
+import { createEngine } from '../core/engine.js';
+import type { IdempotencyEngine, IdempotencyEngineOptions } from '../core/types.js';
+import { memoryStore } from './memory.js';
 
 /**
  * Creates the framework-agnostic engine. The tRPC adapter is built on it, and

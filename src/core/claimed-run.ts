@@ -1,0 +1,101 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Attempt } from './attempt.js';
+import { IdempotencyError } from './errors.js';
+import type { EngineRuntime } from './runtime.js';
+import { signalGetter } from './signal-getter.js';
+import { type IdempotencySteps, StepLog, stepKeyOf } from './steps.js';
+import type { RecordedStep } from './store.js';
+
+/** What a protected operation can reach from anywhere in its run. */
+export interface ProtectedRun extends IdempotencySteps {
+  /** Aborts when the claim is lost. */
+  readonly signal: AbortSignal;
+  /** The store's transaction in transactional mode. */
+  readonly transaction: unknown;
+}
+
+// One instance per process, even if two copies of this package are loaded:
+// the adapter of one copy and the store of another must see the same run.
+const key = Symbol.for('trpc-idempotency.call');
+const registry = globalThis as unknown as Record<symbol, AsyncLocalStorage<ProtectedRun> | undefined>;
+
+/**
+ * The protected run in progress, for code deep in the operation (the Drizzle
+ * store finds its transaction here). Not passed through tRPC's context:
+ * `next({ ctx })` would copy the context into a plain object, and a context
+ * built as a class instance would lose its methods.
+ */
+export const currentRun: AsyncLocalStorage<ProtectedRun> = (registry[key] ??= new AsyncLocalStorage<ProtectedRun>());
+
+type LeaseLike = { readonly signal: AbortSignal; wasLost(): boolean; fenced(): void };
+
+const withSourceSignal = signalGetter((source: LeaseLike) => source.signal);
+
+/**
+ * The run of an operation under a claim. Its signal is read through from the
+ * lease, which makes one only for an operation that looks; its step log is
+ * made only for an operation that uses steps (or finds some recorded).
+ */
+export class ClaimedRun implements ProtectedRun {
+  // Declared, then assigned in the constructor: a class field initializer is a property definition per instance.
+  declare readonly signal: AbortSignal;
+  declare readonly transaction: unknown;
+  /** The step log, if the run used steps or found some recorded. */
+  declare steps: StepLog | undefined;
+  declare private readonly runtime: EngineRuntime;
+  declare private readonly attempt: Attempt;
+  declare private readonly lease: LeaseLike;
+
+  constructor(
+    runtime: EngineRuntime,
+    attempt: Attempt,
+    lease: LeaseLike,
+    transaction: unknown,
+    recorded: readonly RecordedStep[] | undefined,
+  ) {
+    this.runtime = runtime;
+    this.attempt = attempt;
+    this.lease = lease;
+    this.transaction = transaction;
+    this.steps = recorded === undefined ? undefined : new StepLog(runtime, attempt, lease, recorded);
+    withSourceSignal(this, lease);
+  }
+
+  // Getters returning bound functions: an operation destructures them (`async ({ step }) => ...`).
+  get step(): IdempotencySteps['step'] {
+    return (name, fn) => this.#step(name, fn);
+  }
+
+  get stepKey(): IdempotencySteps['stepKey'] {
+    return stepKeyOf(this.attempt.id);
+  }
+
+  #step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
+    if (this.steps === undefined) {
+      const { store } = this.runtime;
+      if (!store.savesSteps) {
+        return Promise.reject(
+          new IdempotencyError(
+            'step_misuse',
+            `step(${JSON.stringify(name)}): this store (${store.name}) cannot record steps. ` +
+              'Use memoryStore(), redisStore() or drizzleStore(), or a store that implements saveStep.',
+          ),
+        );
+      }
+      this.steps = new StepLog(this.runtime, this.attempt, this.lease, undefined);
+    }
+    return this.steps.step(name, fn);
+  }
+}
+
+/**
+ * Runs `fn` as the current run. On Node 20, entering an AsyncLocalStorage
+ * turns on a promise hook for the whole process, which every promise then
+ * pays for; so a run enters {@link currentRun} only where code deep in the
+ * operation must reach it: a transaction, or a run nested in another one (so
+ * it never sees the outer run's transaction).
+ */
+export function runAsCurrent<T>(run: ProtectedRun, fn: () => T): T {
+  if (run.transaction === undefined && currentRun.getStore() === undefined) return fn();
+  return currentRun.run(run, fn);
+}

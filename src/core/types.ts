@@ -1,0 +1,95 @@
+import type { OutcomeCodec } from './codec.js';
+import type { IdempotencyEvent, IdempotencyEventHandler } from './events.js';
+import type { IdempotencyPolicyOptions, ResolvedPolicy } from './policy.js';
+import type { IdempotencySteps } from './steps.js';
+import type { IdempotencyStore } from './store.js';
+
+// The engine's public types: its options, what it runs, and what it returns.
+
+export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
+  /**
+   * Where claims and outcomes live. Use a shared store (Redis, PostgreSQL)
+   * as soon as more than one process serves the same operations.
+   * @default memoryStore(), given by the entry points (`core/` imports no store)
+   */
+  store?: IdempotencyStore;
+  /**
+   * The longest a single store call may take, in milliseconds; past it the
+   * call counts as a store failure (see `onStoreError`). At most lockTtl / 3.
+   * @default 1_000, or lockTtl / 3 when that is less
+   */
+  storeTimeout?: number;
+  /**
+   * Seconds a client is told to wait (`Retry-After`) when its key is in flight.
+   * @default 1
+   */
+  retryAfter?: number;
+  /** Receives one structured event per check and per transition. Must not throw. */
+  onEvent?: IdempotencyEventHandler;
+  /**
+   * The clock, for deadlines.
+   * @default Date.now
+   */
+  now?: () => number;
+}
+
+/** What the operation receives: its signal, its transaction, and its steps (see {@link IdempotencySteps}). */
+export interface RunOptions extends IdempotencySteps {
+  /**
+   * Aborts when the claim is lost (the operation may then run elsewhere). It does not follow the
+   * caller's signal: a caller that gives up will retry, and the operation should finish so the retry
+   * gets its outcome. (Run unprotected under fail-open, it is the caller's signal.)
+   */
+  signal: AbortSignal;
+  /** With `transaction: true`: the store's transaction (a Drizzle transaction); make your writes through it. */
+  transaction?: unknown;
+}
+
+/** One operation to run at most once per key. */
+export interface ExecuteInput<T> {
+  /** The client's key, already validated (see `parseIdempotencyKey`). */
+  key: string;
+  /** The operation's name (the procedure path): part of the record identity and of the fingerprint. */
+  name: string;
+  /** Who the key belongs to (user, tenant). Keys of different scopes never meet. */
+  scope?: string | undefined;
+  /** The operation's input, fingerprinted to detect reuse of a key with another payload. */
+  payload: unknown;
+  /**
+   * The operation. `signal` aborts if the claim is lost; `transaction` is the
+   * store's transaction in transactional mode.
+   */
+  run: (opts: RunOptions) => Promise<T>;
+  /** How outcomes are serialized and which errors are stored. */
+  codec?: OutcomeCodec<T>;
+  /** A policy from {@link IdempotencyEngine.policy}; the engine's own when omitted. */
+  policy?: ResolvedPolicy;
+  /** The caller's signal: aborts waiting (`inFlight: 'wait'`); `run` gets it only when it runs unprotected (fail-open). */
+  signal?: AbortSignal | undefined;
+}
+
+export type ExecuteResult<T> =
+  | { ok: true; value: T; replayed: boolean }
+  | { ok: false; error: unknown; replayed: boolean };
+
+export interface IdempotencyEngine {
+  /** The engine's resolved default policy. */
+  readonly defaults: ResolvedPolicy;
+  readonly store: IdempotencyStore;
+  /** Resolves (and validates) a per-operation policy over the engine's defaults. Call it once, not per request. */
+  policy(overrides?: IdempotencyPolicyOptions, where?: string): ResolvedPolicy;
+  /**
+   * Runs the operation once per key and returns its outcome, replayed or
+   * fresh. Throws only idempotency errors (`in_progress`, `payload_mismatch`,
+   * `store_unavailable`, `input_unsupported`); the operation's own error, and a
+   * replayed `response_too_large` or `outcome_unreplayable`, are returned as `ok: false`.
+   */
+  execute<T>(input: ExecuteInput<T>): Promise<ExecuteResult<T>>;
+  /**
+   * Like {@link execute}, but returns the value and throws the operation's
+   * error, fresh or replayed.
+   */
+  run<T>(input: Omit<ExecuteInput<T>, 'run'>, fn: ExecuteInput<T>['run']): Promise<{ value: T; replayed: boolean }>;
+  /** Emits an event through `onEvent` (adapters report rejections before the engine runs). */
+  emit(event: IdempotencyEvent): void;
+}
