@@ -5,9 +5,7 @@
  * that are not outages under fail-open.
  */
 import { randomUUID } from 'node:crypto';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
 import {
@@ -18,42 +16,20 @@ import {
   memoryStore,
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from '../helpers/postgres.js';
-import { connectRedis, deleteByPrefix, sleep, uniquePrefix } from '../helpers/redis.js';
+import { isolatedSchema } from '../helpers/postgres.js';
+import { sleep } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 
-const redis = connectRedis();
-const prefix = uniquePrefix('run-once');
-let schema: PgSchema;
-let lite: Awaited<ReturnType<typeof pgliteDb>>;
-const pools: pg.Pool[] = [];
+const { stores, redis, prefix } = liveStores('run-once', [
+  'memory',
+  'redis',
+  'postgres',
+  'postgres, REPEATABLE READ',
+  'postgres, SERIALIZABLE',
+  'PGlite',
+]);
 
-function poolAt(level: 'repeatable read' | 'serializable'): pg.Pool {
-  const pool = poolAtIsolation(schema, level);
-  pools.push(pool);
-  return pool;
-}
-
-beforeAll(async () => {
-  [schema, lite] = await Promise.all([isolatedSchema('run_once'), pgliteDb()]);
-});
-afterAll(async () => {
-  await Promise.all(pools.map((p) => p.end()));
-  await schema?.drop();
-  await lite?.close();
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
-
-const stores: [string, () => IdempotencyStore][] = [
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-  ['postgres, READ COMMITTED', () => drizzleStore({ db: schema.db })],
-  ['postgres, REPEATABLE READ', () => drizzleStore({ db: drizzle(poolAt('repeatable read')) })],
-  ['postgres, SERIALIZABLE', () => drizzleStore({ db: drizzle(poolAt('serializable')) })],
-  ['PGlite', () => drizzleStore({ db: lite.db })],
-];
-
-describe.each(stores)('on %s', (_name, makeStore) => {
+describe.each(stores)('on $name', ({ make: makeStore }) => {
   // These tests are about what is stored, not about timeouts: a store timeout (at most lockTtl / 3) that a claim on a
   // loaded machine meets, a new pool connection included (200 ms was not always enough in CI).
   const LOCK_TTL = 1_500;

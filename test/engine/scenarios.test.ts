@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { initTRPC } from '@trpc/server';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { fingerprint, recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
@@ -19,12 +19,11 @@ import {
   type IdempotencyMeta,
   type IdempotencyStore,
   idempotencyErrorFormatter,
-  memoryStore,
   withIdempotency,
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema, pgliteDb } from '../helpers/postgres.js';
-import { connectRedis, deadRedis, deleteByPrefix, hungRedis, uniquePrefix } from '../helpers/redis.js';
+import { deadRedis, hungRedis } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from '../helpers/trpc.js';
 
 const LOCK_TTL = 1_500;
@@ -77,31 +76,9 @@ async function serve(app: Setup, seen?: Seen) {
   return createClient<Setup['router']>(server.url, { seen });
 }
 
-const redis = connectRedis();
-const prefix = uniquePrefix('scenarios');
-afterAll(async () => {
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
+const { stores } = liveStores('scenarios', ['memory', 'redis', 'postgres', 'PGlite']);
 
-let pgs: PgSchema;
-let lite: Awaited<ReturnType<typeof pgliteDb>>;
-beforeAll(async () => {
-  [pgs, lite] = await Promise.all([isolatedSchema('scenarios'), pgliteDb()]);
-});
-afterAll(async () => {
-  await pgs?.drop();
-  await lite?.close();
-});
-
-const stores: [string, () => IdempotencyStore][] = [
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-  ['postgres', () => drizzleStore({ db: pgs.db })],
-  ['PGlite', () => drizzleStore({ db: lite.db })],
-];
-
-describe.each(stores)('scenarios on the %s store', (_name, makeStore) => {
+describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   it('1. a mutation without a key is refused with 400 and does not run', async () => {
     const app = setup(makeStore());
     const client = await serve(app);

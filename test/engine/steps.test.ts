@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   createIdempotencyEngine,
   deriveStepKey,
@@ -16,27 +16,10 @@ import {
   retryable,
 } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
-import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
-import { connectRedis, deleteByPrefix, sleep, uniquePrefix } from '../helpers/redis.js';
+import { sleep } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 
-const redis = connectRedis();
-const prefix = uniquePrefix('steps');
-let pgSchema: PgSchema;
-beforeAll(async () => {
-  pgSchema = await isolatedSchema('steps');
-});
-afterAll(async () => {
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-  await pgSchema?.drop();
-});
-
-const stores: [string, () => IdempotencyStore][] = [
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-  ['postgresql', () => drizzleStore({ db: pgSchema.db })],
-];
+const live = liveStores('steps', ['memory', 'redis', 'postgres']);
 
 /** Counts how often each step's work really ran. */
 function counter() {
@@ -62,7 +45,7 @@ const failOnce = () => {
   };
 };
 
-describe.each(stores)('steps on the %s store', (_name, makeStore) => {
+describe.each(live.stores)('steps on the $name store', ({ make: makeStore }) => {
   const engineWith = (options: IdempotencyEngineOptions = {}) => {
     const events: IdempotencyEvent[] = [];
     const engine = createIdempotencyEngine({ store: makeStore(), onEvent: (e) => events.push(e), ...options });
@@ -272,9 +255,9 @@ describe.each(stores)('steps on the %s store', (_name, makeStore) => {
 
 describe('steps and the PostgreSQL store', () => {
   it('transactional mode: steps are recorded outside the transaction, which a retry redoes after them', async () => {
-    const store = drizzleStore({ db: pgSchema.db });
+    const store = drizzleStore({ db: live.postgres().db });
     const engine = createIdempotencyEngine({ store, transaction: true });
-    await pgSchema.db.execute(sql`create table if not exists ledger (key text, charge text)`);
+    await live.postgres().db.execute(sql`create table if not exists ledger (key text, charge text)`);
     const { runs, work } = counter();
     const key = randomUUID();
     const ledger = failOnce();
@@ -288,22 +271,24 @@ describe('steps and the PostgreSQL store', () => {
     await expect(pay()).rejects.toThrow('ledger unavailable');
     expect(await pay()).toEqual({ value: 'ch_1', replayed: false });
     expect(runs).toEqual({ charge: 1 });
-    const rows = await pgSchema.pool.query('select charge from ledger where key = $1', [key]);
+    const rows = await live.postgres().pool.query('select charge from ledger where key = $1', [key]);
     expect(rows.rows).toEqual([{ charge: 'ch_1' }]);
-    const left = await pgSchema.pool.query('select count(*)::int as n from idempotency_steps where id like $1', [
-      `%${key}`,
-    ]);
+    const left = await live
+      .postgres()
+      .pool.query('select count(*)::int as n from idempotency_steps where id like $1', [`%${key}`]);
     expect(left.rows[0].n).toBe(0);
   });
 
   it('purgeExpired deletes expired steps', async () => {
-    const store = drizzleStore({ db: pgSchema.db });
+    const store = drizzleStore({ db: live.postgres().db });
     const id = `:purge:${randomUUID()}`;
     await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
     await store.saveStep!({ id, token: 't', fingerprint: 'fp', index: 0, name: 'a', body: '1', ttl: 100 });
     await sleep(200);
     expect(await store.purgeExpired()).toBeGreaterThanOrEqual(1);
-    const left = await pgSchema.pool.query('select count(*)::int as n from idempotency_steps where id = $1', [id]);
+    const left = await live
+      .postgres()
+      .pool.query('select count(*)::int as n from idempotency_steps where id = $1', [id]);
     expect(left.rows[0].n).toBe(0);
   });
 });

@@ -3,50 +3,18 @@
  * PGlite, then what only PostgreSQL has: purge and transactional mode.
  */
 import { drizzle } from 'drizzle-orm/node-postgres';
-import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { drizzleStore } from '../../src/drizzle.js';
 import { describeStoreContract } from '../contract/store-contract.js';
-import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from '../helpers/postgres.js';
+import { isolatedSchema } from '../helpers/postgres.js';
 import { sleep } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 
-let server: PgSchema;
-let lite: Awaited<ReturnType<typeof pgliteDb>>;
-beforeAll(async () => {
-  [server, lite] = await Promise.all([isolatedSchema('contract'), pgliteDb()]);
-});
-afterAll(async () => {
-  await server?.drop();
-  await lite?.close();
-});
-
-describeStoreContract(
-  'postgres (node-postgres, READ COMMITTED)',
-  () => ({ store: drizzleStore({ db: server.db }), advance: sleep }),
-  { notifies: false },
-);
-
-// Some teams set a stricter default: contended claims then fail with serialization errors, which the store retries.
-for (const level of ['repeatable read', 'serializable'] as const) {
-  let db: ReturnType<typeof drizzle>;
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = poolAtIsolation(server, level);
-    db = drizzle(pool);
-    const { rows } = await pool.query<{ transaction_isolation: string }>('show transaction_isolation');
-    expect(rows[0]?.transaction_isolation).toBe(level);
-  });
-  afterAll(() => pool?.end());
-  describeStoreContract(
-    `postgres (node-postgres, ${level.toUpperCase()})`,
-    () => ({ store: drizzleStore({ db }), advance: sleep }),
-    { notifies: false },
-  );
-}
-
-describeStoreContract('postgres (PGlite)', () => ({ store: drizzleStore({ db: lite.db }), advance: sleep }), {
-  notifies: false,
-});
+// The contract on a real server at each isolation level (some teams set a stricter default: contended claims then
+// fail with serialization errors, which the store retries), and on PGlite.
+const live = liveStores('contract', ['postgres', 'postgres, REPEATABLE READ', 'postgres, SERIALIZABLE', 'PGlite']);
+for (const { name, make, notifies } of live.stores)
+  describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });
 
 describe('purgeExpired', () => {
   it('deletes expired rows in batches and leaves live claims and outcomes alone', async () => {
@@ -102,7 +70,7 @@ describe('purgeExpired', () => {
 
   it('can find expired rows through the index on expires_at', async () => {
     // A small table is scanned whole; forbidding that shows the index serves the purge's query.
-    const client = await server.pool.connect();
+    const client = await live.postgres().pool.connect();
     try {
       await client.query('begin');
       await client.query('set local enable_seqscan = off');
@@ -126,8 +94,8 @@ describe('store failures on PostgreSQL', () => {
     const pg = (await import('pg')).default;
     const { withSearchPath, DATABASE_URL } = await import('../helpers/postgres.js');
     // sessions of this pool give up on any statement after 200 ms
-    const url = new URL(withSearchPath(DATABASE_URL, server.schema));
-    url.searchParams.set('options', `-c search_path=${server.schema} -c statement_timeout=200`);
+    const url = new URL(withSearchPath(DATABASE_URL, live.postgres().schema));
+    url.searchParams.set('options', `-c search_path=${live.postgres().schema} -c statement_timeout=200`);
     const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
     const events: { result: string; error?: { message: string } }[] = [];
     const engine = createIdempotencyEngine({
@@ -135,12 +103,12 @@ describe('store failures on PostgreSQL', () => {
       storeTimeout: 5_000,
       onEvent: (e) => events.push(e),
     });
-    const seed = drizzleStore({ db: server.db });
+    const seed = drizzleStore({ db: live.postgres().db });
     const key = 'locked-key';
     await seed.claim({ id: recordId(undefined, 'op', key), fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
     // another session holds a lock the claim must wait for (a vacuum full, a migration...). A row lock
     // alone would not do: the claim only reads a live row held by another token, and answers at once.
-    const locker = await server.pool.connect();
+    const locker = await live.postgres().pool.connect();
     await locker.query('begin');
     await locker.query('lock table idempotency_keys in access exclusive mode');
     try {
@@ -160,7 +128,7 @@ describe('store failures on PostgreSQL', () => {
 
 describe('a claim that finds a live row', () => {
   it('writes nothing: it leaves the row as it was, and answers while another transaction holds the row', async () => {
-    const store = drizzleStore({ db: server.db });
+    const store = drizzleStore({ db: live.postgres().db });
     await store.claim({ id: 'live-held', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
     await store.claim({ id: 'live-done', fingerprint: 'fp', token: 'holder', lockTtl: 60_000 });
     await store.complete({
@@ -174,9 +142,11 @@ describe('a claim that finds a live row', () => {
     // xmin and xmax change with any write or row lock (a locked row gets the locker's xid as xmax).
     const versions = async () =>
       (
-        await server.pool.query(
-          `select id, xmin::text, xmax::text, expires_at from idempotency_keys where id like 'live-%' order by id`,
-        )
+        await live
+          .postgres()
+          .pool.query(
+            `select id, xmin::text, xmax::text, expires_at from idempotency_keys where id like 'live-%' order by id`,
+          )
       ).rows;
     const claims = () =>
       Promise.all([
@@ -192,7 +162,7 @@ describe('a claim that finds a live row', () => {
     expect(await claims()).toMatchObject(expected);
     expect(await versions()).toEqual(before);
 
-    const locker = await server.pool.connect();
+    const locker = await live.postgres().pool.connect();
     try {
       await locker.query('begin');
       await locker.query(`select 1 from idempotency_keys where id like 'live-%' for update`);
@@ -209,7 +179,7 @@ describe('prepared statements (node-postgres)', () => {
   it('are named, so parsed once per connection; a connection that lost them (DISCARD ALL, a pooler) goes on unnamed', async () => {
     const pg = (await import('pg')).default;
     const { withSearchPath, DATABASE_URL } = await import('../helpers/postgres.js');
-    const pool = new pg.Pool({ connectionString: withSearchPath(DATABASE_URL, server.schema), max: 1 });
+    const pool = new pg.Pool({ connectionString: withSearchPath(DATABASE_URL, live.postgres().schema), max: 1 });
     try {
       const store = drizzleStore({ db: drizzle(pool) });
       const claim = (id: string) => store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });

@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { scopeOfRecordId } from '../../src/core/key.js';
 import { recordId } from '../../src/core.js';
 import { type MemoryStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { describeStoreContract } from '../contract/store-contract.js';
-import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+import { REDIS_URL, sleep } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 
 describeStoreContract('memory', () => {
   let time = 1_700_000_000_000;
@@ -19,29 +20,10 @@ describeStoreContract('memory', () => {
   };
 });
 
-const redis = connectRedis();
-const prefix = uniquePrefix('contract');
-const stores: { close(): Promise<void> }[] = [];
-afterAll(async () => {
-  await Promise.all(stores.map((s) => s.close()));
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
-
-describeStoreContract('redis', () => {
-  const store = redisStore({ client: redis, prefix });
-  stores.push(store);
-  return { store, advance: sleep };
-});
-
-// ioredis's enableAutoPipelining sends the commands of one tick together (docs/performance.md recommends it).
-const pipelined = new Redis(REDIS_URL, { enableAutoPipelining: true });
-afterAll(() => pipelined.disconnect());
-describeStoreContract('redis, client with enableAutoPipelining', () => {
-  const store = redisStore({ client: pipelined, prefix });
-  stores.push(store);
-  return { store, advance: sleep };
-});
+// The Redis store on a plain client, and on one with enableAutoPipelining (the commands of one tick sent together).
+const { stores, redis, prefix } = liveStores('contract', ['redis', 'redis, autopipelining']);
+for (const { name, make, notifies } of stores)
+  describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });
 
 describe('redis store specifics', () => {
   it('reloads its scripts after SCRIPT FLUSH (a restart or failover empties the cache)', async () => {

@@ -9,27 +9,14 @@ import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
 import fc from 'fast-check';
 import superjson from 'superjson';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { drizzleStore } from '../../src/drizzle.js';
 import { type IdempotencyMeta, type IdempotencyStore, memoryStore, withIdempotency } from '../../src/index.js';
-import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
-import { connectRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 import { startServer, type TestServer } from '../helpers/trpc.js';
 
-const redis = connectRedis();
-const prefix = uniquePrefix('fidelity');
-let postgres: PgSchema;
-beforeAll(async () => {
-  postgres = await isolatedSchema('fidelity');
-});
-afterAll(async () => {
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-  await postgres?.drop();
-});
+const { stores } = liveStores('fidelity', ['memory', 'redis', 'postgres']);
 const servers: TestServer[] = [];
 afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
@@ -48,12 +35,6 @@ function recording(store: IdempotencyStore) {
   };
   return { store: recorded, bodies };
 }
-
-const stores: [string, () => IdempotencyStore][] = [
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-  ['postgresql', () => drizzleStore({ db: postgres.db })],
-];
 
 interface Ctx {
   key?: string;
@@ -116,7 +97,7 @@ function routers(store: IdempotencyStore) {
   };
 }
 
-describe.each(stores)('on the %s store', (_name, makeStore) => {
+describe.each(stores)('on the $name store', ({ make: makeStore }) => {
   it('without a transformer, a replay through a server-side caller is the value the first call returned (Date, Set, BigInt)', async () => {
     const { store } = recording(makeStore());
     const app = routers(store);

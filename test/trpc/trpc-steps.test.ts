@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { MeterProvider, type MetricData, MetricReader } from '@opentelemetry/sdk-metrics';
 import { initTRPC, TRPCError } from '@trpc/server';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { deriveStepKey, recordId } from '../../src/core.js';
 import {
@@ -14,22 +14,17 @@ import {
   type IdempotencyMeta,
   type IdempotencyStore,
   idempotencyErrorFormatter,
-  memoryStore,
   steps,
   type WithIdempotencyOptions,
   withIdempotency,
 } from '../../src/index.js';
 import { openTelemetry } from '../../src/otel.js';
 import { redisStore } from '../../src/redis.js';
-import { connectRedis, deadRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
+import { deadRedis } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 import { createClient, rejectionOf, type Seen, startServer, type TestServer } from '../helpers/trpc.js';
 
-const redis = connectRedis();
-const prefix = uniquePrefix('trpc-steps');
-afterAll(async () => {
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
+const { stores } = liveStores('trpc-steps', ['memory', 'redis']);
 
 const servers: TestServer[] = [];
 afterEach(async () => {
@@ -119,12 +114,7 @@ async function startApp(
 const stepEvents = (events: IdempotencyEvent[]) =>
   events.filter((e) => e.result === 'step').map((e) => `${e.step}:${e.reason}`);
 
-const stores: [string, () => IdempotencyStore][] = [
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-];
-
-describe.each(stores)('steps(opts) through tRPC, %s store', (storeName, makeStore) => {
+describe.each(stores)('steps(opts) through tRPC, $name store', ({ name: storeName, make: makeStore }) => {
   it('a retry after a 500 between two steps resumes after the first; a later call replays the outcome', async () => {
     const app = await startApp(makeStore());
     const key = randomUUID();

@@ -1,0 +1,147 @@
+/**
+ * The live stores a test file runs on, one way for every file: each kind's
+ * connections, schema or cluster are set up before the file's tests and torn
+ * down after them (every store made closed, Redis keys deleted, schemas
+ * dropped, pools ended). Call `liveStores` at the top level of the file.
+ */
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { Cluster, Redis } from 'ioredis';
+import type pg from 'pg';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { drizzleStore } from '../../src/drizzle.js';
+import { type IdempotencyStore, memoryStore } from '../../src/index.js';
+import { redisStore } from '../../src/redis.js';
+import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from './redis.js';
+import { type PrivateCluster, startPrivateCluster } from './redis-server.js';
+
+export type StoreKind =
+  | 'memory'
+  | 'redis'
+  /** ioredis's enableAutoPipelining: the commands of one tick sent together (docs/performance.md recommends it). */
+  | 'redis, autopipelining'
+  /** A 3-master Redis Cluster started for the file. */
+  | 'redis cluster'
+  | 'redis cluster, autopipelining'
+  | 'postgres'
+  /** Sessions defaulting to a stricter isolation, as some teams configure their database. */
+  | 'postgres, REPEATABLE READ'
+  | 'postgres, SERIALIZABLE'
+  | 'PGlite';
+
+export interface LiveStore {
+  /** The kind, as test names show it. */
+  name: StoreKind;
+  /** A new store of this kind; all of a kind share one backend (one Redis prefix, one schema). */
+  make(): IdempotencyStore;
+  /** Whether the store notifies waiters of a finished claim (Redis does; PostgreSQL and memory are polled). */
+  notifies: boolean;
+}
+
+export interface LiveStores {
+  stores: LiveStore[];
+  /** The plain Redis client and the prefix the Redis kinds write under (set up whatever the kinds). */
+  redis: Redis;
+  prefix: string;
+  /** The PostgreSQL schema of the postgres kinds (after beforeAll; only when one was asked for). */
+  postgres(): PgSchema;
+  /** The client of the redis cluster kind (after beforeAll; only when a cluster kind was asked for). */
+  cluster(): Cluster;
+}
+
+/** The stores of `kinds`, for `describe.each(stores)('on $name', ({ make }) => ...)`. */
+export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStores {
+  const redis = connectRedis();
+  const prefix = uniquePrefix(label);
+  const made: IdempotencyStore[] = [];
+  const track = <S extends IdempotencyStore>(store: S): S => {
+    made.push(store);
+    return store;
+  };
+  const wants = (...some: StoreKind[]) => kinds.some((k) => some.includes(k));
+
+  let schema: PgSchema | undefined;
+  let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
+  let cluster: PrivateCluster | undefined;
+  const clients: (Redis | Cluster)[] = [];
+  const pools = new Map<string, pg.Pool>();
+  const dbs = new Map<string, ReturnType<typeof drizzle>>();
+
+  beforeAll(async () => {
+    const pgKinds = ['postgres', 'postgres, REPEATABLE READ', 'postgres, SERIALIZABLE'] as const;
+    [schema, lite, cluster] = await Promise.all([
+      wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
+      wants('PGlite') ? pgliteDb() : undefined,
+      wants('redis cluster', 'redis cluster, autopipelining') ? startPrivateCluster(3) : undefined,
+    ]);
+    for (const level of ['repeatable read', 'serializable'] as const) {
+      if (!wants(`postgres, ${level.toUpperCase()}` as StoreKind) || schema === undefined) continue;
+      const pool = poolAtIsolation(schema, level);
+      pools.set(level, pool);
+      dbs.set(level, drizzle(pool));
+      const { rows } = await pool.query<{ transaction_isolation: string }>('show transaction_isolation');
+      expect(rows[0]?.transaction_isolation).toBe(level);
+    }
+  }, 60_000);
+  afterAll(async () => {
+    await Promise.all(made.map(async (s) => (s as { close?: () => unknown }).close?.()));
+    await Promise.all([...pools.values()].map((p) => p.end()));
+    for (const c of clients) c.disconnect();
+    await deleteByPrefix(redis, prefix);
+    redis.disconnect();
+    await Promise.all([schema?.drop(), lite?.close(), cluster?.stop()]);
+  });
+
+  const client = (options: { cluster: boolean; pipelined: boolean }): Redis | Cluster => {
+    const c = options.cluster
+      ? new Cluster(
+          cluster!.ports.map((port) => ({ host: '127.0.0.1', port })),
+          { enableAutoPipelining: options.pipelined },
+        )
+      : new Redis(REDIS_URL, { enableAutoPipelining: options.pipelined });
+    clients.push(c);
+    return c;
+  };
+  let pipelined: Redis | Cluster | undefined;
+  let clustered: Cluster | undefined;
+  let clusteredPipelined: Redis | Cluster | undefined;
+  const clusterClient = () => (clustered ??= client({ cluster: true, pipelined: false }) as Cluster);
+
+  const make = (kind: StoreKind): IdempotencyStore => {
+    switch (kind) {
+      case 'memory':
+        return track(memoryStore());
+      case 'redis':
+        return track(redisStore({ client: redis, prefix }));
+      case 'redis, autopipelining':
+        return track(redisStore({ client: (pipelined ??= client({ cluster: false, pipelined: true })), prefix }));
+      case 'redis cluster':
+        return track(redisStore({ client: clusterClient(), prefix: 'c:' }));
+      case 'redis cluster, autopipelining':
+        return track(
+          redisStore({ client: (clusteredPipelined ??= client({ cluster: true, pipelined: true })), prefix: 'cp:' }),
+        );
+      case 'postgres':
+        return drizzleStore({ db: schema!.db });
+      case 'postgres, REPEATABLE READ':
+        return drizzleStore({ db: dbs.get('repeatable read')! });
+      case 'postgres, SERIALIZABLE':
+        return drizzleStore({ db: dbs.get('serializable')! });
+      case 'PGlite':
+        return drizzleStore({ db: lite!.db });
+    }
+  };
+  return {
+    stores: kinds.map((name) => ({ name, make: () => make(name), notifies: name.startsWith('redis') })),
+    redis,
+    prefix,
+    postgres: () => {
+      if (schema === undefined) throw new Error('no postgres kind was asked for, or beforeAll has not run');
+      return schema;
+    },
+    cluster: () => {
+      if (cluster === undefined) throw new Error('no redis cluster kind was asked for, or beforeAll has not run');
+      return clusterClient();
+    },
+  };
+}
