@@ -2,7 +2,14 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
-import { type ClaimInput, type ClaimResult, deriveStepKey, recordId, type SaveStepInput } from '../../src/core.js';
+import {
+  type ClaimInput,
+  type ClaimResult,
+  type CompleteInput,
+  deriveStepKey,
+  recordId,
+  type SaveStepInput,
+} from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
@@ -25,25 +32,36 @@ export function describeStoreContract(
   describe(`store contract: ${name}`, () => {
     const id = () => `scope:contract.op:${randomUUID()}`;
     const LOCK = 400;
-    /** A claim's answer without the store's time, which an answer that takes the record (or is late) must carry. */
-    const claim = async (store: IdempotencyStore, input: ClaimInput): Promise<Untimed<ClaimResult>> => {
-      const { time, ...rest } = await store.claim(input);
+    /**
+     * A claim (fingerprint `fp`, lockTtl LOCK unless given), and its answer without the store's time, which an
+     * answer that takes the record (or is late) must carry.
+     */
+    const claim = async (
+      store: IdempotencyStore,
+      input: Pick<ClaimInput, 'id' | 'token'> & Partial<ClaimInput>,
+    ): Promise<Untimed<ClaimResult>> => {
+      const { time, ...rest } = await store.claim({ fingerprint: 'fp', lockTtl: LOCK, ...input });
       if (rest.state === 'acquired' || rest.state === 'late') expect(time).toBeTypeOf('number');
       else if (time !== undefined) expect(time).toBeTypeOf('number');
       return rest as Untimed<ClaimResult>;
     };
+    /** A completion: fingerprint `fp`, a result kept for a minute, unless given. */
+    const complete = (
+      store: IdempotencyStore,
+      input: Pick<CompleteInput, 'id' | 'token' | 'body'> & Partial<CompleteInput>,
+    ) => store.complete({ fingerprint: 'fp', state: 'completed', ttl: 60_000, ...input });
 
     it('claims an absent record, then reports it in progress with its fingerprint', async () => {
       const { store } = await create();
       const rec = id();
-      expect(await claim(store, { id: rec, fingerprint: 'fp1', token: 'a', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'a', fingerprint: 'fp1' })).toEqual({
         state: 'acquired',
       });
-      expect(await claim(store, { id: rec, fingerprint: 'fp1', token: 'b', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'b', fingerprint: 'fp1' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp1',
       });
-      expect(await claim(store, { id: rec, fingerprint: 'other', token: 'c', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'c', fingerprint: 'other' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp1',
       });
@@ -67,9 +85,8 @@ export function describeStoreContract(
       // each answer must still be its own call's.
       const { store } = await create();
       const [free, held, done, toRelease, toExtend, toComplete] = [id(), id(), id(), id(), id(), id()];
-      const hold = (rec: string, token: string) => claim(store, { id: rec, fingerprint: 'fp', token, lockTtl: 10_000 });
-      const finish = (rec: string, token: string, body: string) =>
-        store.complete({ id: rec, fingerprint: 'fp', token, state: 'completed', body, ttl: 60_000 });
+      const hold = (rec: string, token: string) => claim(store, { id: rec, token, lockTtl: 10_000 });
+      const finish = (rec: string, token: string, body: string) => complete(store, { id: rec, token, body });
       for (const [rec, token] of [
         [held, 'h'],
         [done, 'd'],
@@ -82,10 +99,10 @@ export function describeStoreContract(
       expect(await finish(done, 'd', 'done body')).toBe('stored');
 
       const answers = await Promise.all([
-        claim(store, { id: free, fingerprint: 'fp', token: 'f', lockTtl: LOCK }),
-        claim(store, { id: held, fingerprint: 'other', token: 'x', lockTtl: LOCK }),
-        claim(store, { id: done, fingerprint: 'fp', token: 'y', lockTtl: LOCK }),
-        claim(store, { id: done, fingerprint: 'other', token: 'z', lockTtl: LOCK }),
+        claim(store, { id: free, token: 'f' }),
+        claim(store, { id: held, token: 'x', fingerprint: 'other' }),
+        claim(store, { id: done, token: 'y' }),
+        claim(store, { id: done, token: 'z', fingerprint: 'other' }),
         store.release({ id: toRelease, token: 'r' }),
         store.release({ id: held, token: 'intruder' }),
         store.extend({ id: toExtend, token: 'e', lockTtl: 10_000 }),
@@ -106,7 +123,7 @@ export function describeStoreContract(
         'held',
       ]);
       expect(await hold(toRelease, 'again')).toEqual({ state: 'acquired' });
-      expect(await claim(store, { id: toComplete, fingerprint: 'fp', token: 'w', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: toComplete, token: 'w' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
         body: 'completed body',
@@ -116,23 +133,14 @@ export function describeStoreContract(
     it('completes with the holding token and replays the body to a matching fingerprint only', async () => {
       const { store } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'a',
-          state: 'completed',
-          body: '{"ok":1}',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+      await claim(store, { id: rec, token: 'a' });
+      expect(await complete(store, { id: rec, token: 'a', body: '{"ok":1}' })).toBe('stored');
+      expect(await claim(store, { id: rec, token: 'b' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
         body: '{"ok":1}',
       });
-      expect(await claim(store, { id: rec, fingerprint: 'different', token: 'c', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'c', fingerprint: 'different' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
       });
@@ -141,90 +149,47 @@ export function describeStoreContract(
     it('stores failures, empty bodies and large unicode bodies as they are', async () => {
       const { store } = await create();
       const failed = id();
-      await claim(store, { id: failed, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({
-        fingerprint: 'fp',
-        id: failed,
-        token: 'a',
-        state: 'failed',
-        body: '{"code":"BAD_REQUEST"}',
-        ttl: 60_000,
-      });
-      expect(await claim(store, { id: failed, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+      await claim(store, { id: failed, token: 'a' });
+      await complete(store, { id: failed, token: 'a', state: 'failed', body: '{"code":"BAD_REQUEST"}' });
+      expect(await claim(store, { id: failed, token: 'b' })).toMatchObject({
         state: 'failed',
         body: '{"code":"BAD_REQUEST"}',
       });
 
       const empty = id();
-      await claim(store, { id: empty, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ fingerprint: 'fp', id: empty, token: 'a', state: 'completed', body: '', ttl: 60_000 });
-      expect(await claim(store, { id: empty, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+      await claim(store, { id: empty, token: 'a' });
+      await complete(store, { id: empty, token: 'a', body: '' });
+      expect(await claim(store, { id: empty, token: 'b' })).toMatchObject({
         body: '',
       });
 
       const large = id();
       const body = 'é€😀'.repeat(100_000);
-      await claim(store, { id: large, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ fingerprint: 'fp', id: large, token: 'a', state: 'completed', body, ttl: 60_000 });
-      const replay = await claim(store, { id: large, fingerprint: 'fp', token: 'b', lockTtl: LOCK });
+      await claim(store, { id: large, token: 'a' });
+      await complete(store, { id: large, token: 'a', body });
+      const replay = await claim(store, { id: large, token: 'b' });
       expect(replay.state === 'completed' && replay.body === body).toBe(true);
     });
 
     it('refuses complete, release and extend from a token that does not hold the claim', async () => {
       const { store } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: LOCK });
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'intruder',
-          state: 'completed',
-          body: 'x',
-          ttl: 60_000,
-        }),
-      ).toBe('held');
+      await claim(store, { id: rec, token: 'holder' });
+      expect(await complete(store, { id: rec, token: 'intruder', body: 'x' })).toBe('held');
       expect(await store.release({ id: rec, token: 'intruder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'x' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp',
       });
       // a completed record: its holder's completion sent twice succeeds again (a driver's
       // re-send after a reconnect), anyone else's is refused, and it cannot be released
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'holder',
-          state: 'completed',
-          body: 'first',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'holder',
-          state: 'completed',
-          body: 'first',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'intruder',
-          state: 'completed',
-          body: 'other',
-          ttl: 60_000,
-        }),
-      ).toBe('finished');
+      expect(await complete(store, { id: rec, token: 'holder', body: 'first' })).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'holder', body: 'first' })).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'intruder', body: 'other' })).toBe('finished');
       expect(await store.release({ id: rec, token: 'holder' })).toBe(false);
       expect(await store.extend({ id: rec, token: 'holder', lockTtl: LOCK })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'y', lockTtl: LOCK })).toMatchObject({
+      expect(await claim(store, { id: rec, token: 'y' })).toMatchObject({
         body: 'first',
       });
     });
@@ -232,9 +197,9 @@ export function describeStoreContract(
     it('release frees the key for a new claim', async () => {
       const { store } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'a' });
       expect(await store.release({ id: rec, token: 'a' })).toBe(true);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'b', fingerprint: 'fp2' })).toEqual({
         state: 'acquired',
       });
     });
@@ -242,44 +207,17 @@ export function describeStoreContract(
     it('an expired claim is taken over, and the old holder is fenced out', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'old', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'old' });
       await advance(LOCK + 100);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'new' })).toEqual({
         state: 'acquired',
       });
       expect(await store.extend({ id: rec, token: 'old', lockTtl: LOCK })).toBe(false);
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'old',
-          state: 'completed',
-          body: 'stale',
-          ttl: 60_000,
-        }),
-      ).toBe('held');
+      expect(await complete(store, { id: rec, token: 'old', body: 'stale' })).toBe('held');
       expect(await store.release({ id: rec, token: 'old' })).toBe(false);
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'new',
-          state: 'completed',
-          body: 'fresh',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'old',
-          state: 'completed',
-          body: 'stale',
-          ttl: 60_000,
-        }),
-      ).toBe('finished');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'z', lockTtl: LOCK })).toMatchObject({
+      expect(await complete(store, { id: rec, token: 'new', body: 'fresh' })).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'old', body: 'stale' })).toBe('finished');
+      expect(await claim(store, { id: rec, token: 'z' })).toMatchObject({
         body: 'fresh',
       });
     });
@@ -287,31 +225,29 @@ export function describeStoreContract(
     it('extend keeps a claim alive past its original lifetime', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'a' });
       for (let i = 0; i < 3; i++) {
         await advance(LOCK / 2);
         expect(await store.extend({ id: rec, token: 'a', lockTtl: LOCK })).toBe(true);
       }
       // 1.5 x lockTtl after the claim, it is still held
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+      expect(await claim(store, { id: rec, token: 'b' })).toMatchObject({
         state: 'in_progress',
       });
-      expect(
-        await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 60_000 }),
-      ).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'a', body: 'done' })).toBe('stored');
     });
 
     it('a finished record expires after its ttl', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-      await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'done', ttl: 500 });
+      await claim(store, { id: rec, token: 'a' });
+      await complete(store, { id: rec, token: 'a', body: 'done', ttl: 500 });
       await advance(200);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+      expect(await claim(store, { id: rec, token: 'b' })).toMatchObject({
         state: 'completed',
       });
       await advance(400);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'c' })).toEqual({
         state: 'acquired',
       });
     });
@@ -319,21 +255,12 @@ export function describeStoreContract(
     it('a holder whose claim expired with no one taking it over cannot extend it, but can still store its outcome', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'late' });
       await advance(LOCK + 100);
       expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK })).toBe(false);
       // no one else holds the key or ran the operation: keeping its result beats running it again
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'late',
-          state: 'completed',
-          body: 'kept',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'next', lockTtl: LOCK })).toEqual({
+      expect(await complete(store, { id: rec, token: 'late', body: 'kept' })).toBe('stored');
+      expect(await claim(store, { id: rec, token: 'next' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
         body: 'kept',
@@ -343,21 +270,12 @@ export function describeStoreContract(
     it('a holder whose record vanished (released by a newer holder, or lost) can store its outcome', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'old', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'old' });
       await advance(LOCK + 100);
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'new', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'new' });
       expect(await store.release({ id: rec, token: 'new' })).toBe(true);
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'old',
-          state: 'completed',
-          body: 'from old',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'x', lockTtl: LOCK })).toMatchObject({
+      expect(await complete(store, { id: rec, token: 'old', body: 'from old' })).toBe('stored');
+      expect(await claim(store, { id: rec, token: 'x' })).toMatchObject({
         state: 'completed',
         body: 'from old',
       });
@@ -376,11 +294,9 @@ export function describeStoreContract(
       ];
       for (const body of bodies) {
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
-        expect(
-          await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'failed', body, ttl: 60_000 }),
-        ).toBe('stored');
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+        await claim(store, { id: rec, token: 'a' });
+        expect(await complete(store, { id: rec, token: 'a', state: 'failed', body })).toBe('stored');
+        expect(await claim(store, { id: rec, token: 'b' })).toEqual({
           state: 'failed',
           fingerprint: 'fp',
           body,
@@ -391,31 +307,22 @@ export function describeStoreContract(
     it('a claim sent again with the token that holds the record (a driver re-send after a reconnect) holds it', async () => {
       const { store, advance } = await create();
       const rec = id();
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'mine' })).toEqual({
         state: 'acquired',
       });
       await advance(LOCK / 2);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'mine' })).toEqual({
         state: 'acquired',
       });
       // it also renewed the claim: 1.25 x lockTtl after the first claim, it is still held
       await advance((LOCK * 3) / 4);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'other', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'other' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp',
       });
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'mine',
-          state: 'completed',
-          body: 'done',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'mine', body: 'done' })).toBe('stored');
       // once finished, the same token's claim is a replay like any other
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'mine', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'mine' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
         body: 'done',
@@ -430,65 +337,37 @@ export function describeStoreContract(
       const past = time - 1_000;
       const rec = id();
       // absent: not taken
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'late', lockTtl: LOCK, deadline: past })).toEqual({
+      expect(await claim(store, { id: rec, token: 'late', deadline: past })).toEqual({
         state: 'late',
       });
-      expect(
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: time + 60_000 }),
-      ).toEqual({ state: 'acquired' });
+      expect(await claim(store, { id: rec, token: 'a', deadline: time + 60_000 })).toEqual({ state: 'acquired' });
       // the holder's own token, late: not taken again (nor renewed)
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK, deadline: past })).toEqual({
+      expect(await claim(store, { id: rec, token: 'a', deadline: past })).toEqual({
         state: 'late',
       });
       // another's claim or an outcome: nothing to take, so reporting it is as good as late
       const inFlight = [{ state: 'late' }, { state: 'in_progress', fingerprint: 'fp' }];
-      expect(inFlight).toContainEqual(
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK, deadline: past, waiting: true }),
-      );
+      expect(inFlight).toContainEqual(await claim(store, { id: rec, token: 'b', deadline: past, waiting: true }));
       // the late claims changed nothing: the holder still completes, and the outcome replays
-      expect(
-        await store.complete({ fingerprint: 'fp', id: rec, token: 'a', state: 'completed', body: 'once', ttl: 60_000 }),
-      ).toBe('stored');
+      expect(await complete(store, { id: rec, token: 'a', body: 'once' })).toBe('stored');
       const replay = { state: 'completed', fingerprint: 'fp', body: 'once' };
-      expect([{ state: 'late' }, replay]).toContainEqual(
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: past }),
-      );
-      expect(
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: LOCK, deadline: time + 60_000 }),
-      ).toEqual(replay);
+      expect([{ state: 'late' }, replay]).toContainEqual(await claim(store, { id: rec, token: 'c', deadline: past }));
+      expect(await claim(store, { id: rec, token: 'c', deadline: time + 60_000 })).toEqual(replay);
     });
 
     it('a completion refused by a live claim of another token succeeds once that claim is given back', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'holder' });
       // the record is lost (a restart without persistence); a claim lands that nobody waits for
       await advance(LOCK + 100);
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'abandoned', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'abandoned' })).toEqual({
         state: 'acquired',
       });
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'holder',
-          state: 'completed',
-          body: 'ran',
-          ttl: 60_000,
-        }),
-      ).toBe('held');
+      expect(await complete(store, { id: rec, token: 'holder', body: 'ran' })).toBe('held');
       expect(await store.release({ id: rec, token: 'abandoned' })).toBe(true);
-      expect(
-        await store.complete({
-          fingerprint: 'fp',
-          id: rec,
-          token: 'holder',
-          state: 'completed',
-          body: 'ran',
-          ttl: 60_000,
-        }),
-      ).toBe('stored');
-      expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'retry', lockTtl: LOCK })).toEqual({
+      expect(await complete(store, { id: rec, token: 'holder', body: 'ran' })).toBe('stored');
+      expect(await claim(store, { id: rec, token: 'retry' })).toEqual({
         state: 'completed',
         fingerprint: 'fp',
         body: 'ran',
@@ -498,14 +377,14 @@ export function describeStoreContract(
     it('a claim that expired with no one taking it over cannot be released', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'a' });
       await advance(LOCK + 100);
       expect(await store.release({ id: rec, token: 'a' })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'b', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'b', fingerprint: 'fp2' })).toEqual({
         state: 'acquired',
       });
       expect(await store.release({ id: rec, token: 'a' })).toBe(false);
-      expect(await claim(store, { id: rec, fingerprint: 'fp2', token: 'c', lockTtl: LOCK })).toEqual({
+      expect(await claim(store, { id: rec, token: 'c', fingerprint: 'fp2' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp2',
       });
@@ -514,12 +393,10 @@ export function describeStoreContract(
     it('under contention: one of many concurrent takeovers of an expired claim wins, and the others see it; no call fails', async () => {
       const { store, advance } = await create();
       const rec = id();
-      await claim(store, { id: rec, fingerprint: 'fp', token: 'crashed', lockTtl: LOCK });
+      await claim(store, { id: rec, token: 'crashed' });
       await advance(LOCK + 100);
       const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) =>
-          claim(store, { id: rec, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 }),
-        ),
+        Array.from({ length: 50 }, (_, i) => claim(store, { id: rec, token: `t${i}`, lockTtl: 10_000 })),
       );
       expect(results.filter((r) => r.state === 'acquired')).toHaveLength(1);
       expect(results.filter((r) => r.state === 'in_progress')).toHaveLength(49);
@@ -529,12 +406,10 @@ export function describeStoreContract(
       const { store } = await create();
       for (let round = 0; round < 5; round++) {
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'holder', lockTtl: 5_000 });
+        await claim(store, { id: rec, token: 'holder', lockTtl: 5_000 });
         const [completed, ...claims] = await Promise.all([
-          store.complete({ fingerprint: 'fp', id: rec, token: 'holder', state: 'completed', body: 'out', ttl: 60_000 }),
-          ...Array.from({ length: 20 }, (_, i) =>
-            claim(store, { id: rec, fingerprint: 'fp', token: `r${i}`, lockTtl: 5_000 }),
-          ),
+          complete(store, { id: rec, token: 'holder', body: 'out' }),
+          ...Array.from({ length: 20 }, (_, i) => claim(store, { id: rec, token: `r${i}`, lockTtl: 5_000 })),
         ]);
         expect(completed).toBe('stored');
         for (const result of claims) {
@@ -552,22 +427,15 @@ export function describeStoreContract(
         expect(store.onSettled).toBeTypeOf('function');
         const completed = id();
         const released = id();
-        await claim(store, { id: completed, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
-        await claim(store, { id: released, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+        await claim(store, { id: completed, token: 'a', lockTtl: 5_000 });
+        await claim(store, { id: released, token: 'a', lockTtl: 5_000 });
         // a waiter announces itself through its claim
-        await claim(store, { id: completed, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
-        await claim(store, { id: released, fingerprint: 'fp', token: 'w', lockTtl: 5_000, waiting: true });
+        await claim(store, { id: completed, token: 'w', lockTtl: 5_000, waiting: true });
+        await claim(store, { id: released, token: 'w', lockTtl: 5_000, waiting: true });
         const events: string[] = [];
         const offA = await store.onSettled!(completed, () => events.push('completed'));
         const offB = await store.onSettled!(released, () => events.push('released'));
-        await store.complete({
-          fingerprint: 'fp',
-          id: completed,
-          token: 'a',
-          state: 'completed',
-          body: 'x',
-          ttl: 60_000,
-        });
+        await complete(store, { id: completed, token: 'a', body: 'x' });
         await store.release({ id: released, token: 'a' });
         await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
         offA();
@@ -600,14 +468,14 @@ export function describeStoreContract(
         const ids = scopes.map((scope) => recordId(scope, name, 'k1'));
         expect(new Set(ids).size).toBe(scopes.length);
         for (const [i, rec] of ids.entries()) {
-          expect(await claim(store, { id: rec, fingerprint: `fp${i}`, token: `t${i}`, lockTtl: 10_000 })).toEqual({
+          expect(await claim(store, { id: rec, token: `t${i}`, fingerprint: `fp${i}`, lockTtl: 10_000 })).toEqual({
             state: 'acquired',
           });
           const done = { id: rec, fingerprint: `fp${i}`, token: `t${i}`, state: 'completed' as const, ttl: 60_000 };
-          expect(await store.complete({ ...done, body: `body of ${i}` })).toBe('stored');
+          expect(await complete(store, { body: `body of ${i}`, ...done })).toBe('stored');
         }
         for (const [i, rec] of ids.entries()) {
-          expect(await claim(store, { id: rec, fingerprint: `fp${i}`, token: 'again', lockTtl: LOCK })).toEqual({
+          expect(await claim(store, { id: rec, token: 'again', fingerprint: `fp${i}` })).toEqual({
             state: 'completed',
             fingerprint: `fp${i}`,
             body: `body of ${i}`,
@@ -650,16 +518,16 @@ export function describeStoreContract(
               const second = recordId(b.scope, prefix + b.name, b.key);
               expect(second).not.toBe(first);
               expect(deriveStepKey(second, 'charge')).not.toBe(deriveStepKey(first, 'charge'));
-              expect(await claim(store, { id: first, fingerprint: 'fa', token: 'a', lockTtl: 10_000 })).toEqual({
+              expect(await claim(store, { id: first, token: 'a', fingerprint: 'fa', lockTtl: 10_000 })).toEqual({
                 state: 'acquired',
               });
               const done = { id: first, fingerprint: 'fa', token: 'a', state: 'completed' as const, ttl: 10_000 };
-              expect(await store.complete({ ...done, body: 'first' })).toBe('stored');
+              expect(await complete(store, { body: 'first', ...done })).toBe('stored');
               // Another record: taken by its own claim, not replayed from the first nor refused as another payload.
-              expect(await claim(store, { id: second, fingerprint: 'fb', token: 'b', lockTtl: 10_000 })).toEqual({
+              expect(await claim(store, { id: second, token: 'b', fingerprint: 'fb', lockTtl: 10_000 })).toEqual({
                 state: 'acquired',
               });
-              expect(await claim(store, { id: first, fingerprint: 'fa', token: 'c', lockTtl: 10_000 })).toEqual({
+              expect(await claim(store, { id: first, token: 'c', fingerprint: 'fa', lockTtl: 10_000 })).toEqual({
                 state: 'completed',
                 fingerprint: 'fa',
                 body: 'first',
@@ -687,7 +555,7 @@ export function describeStoreContract(
       it('records steps in order, fenced by the holder token, and gives them to the claim that takes the record next', async () => {
         const { store } = await create();
         const rec = id();
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK })).toEqual({
+        expect(await claim(store, { id: rec, token: 'a' })).toEqual({
           state: 'acquired',
         });
         expect(await save(store, { id: rec, token: 'intruder' })).toBe('fenced');
@@ -699,12 +567,12 @@ export function describeStoreContract(
         expect(await save(store, { id: rec, name: 'other' })).toBe('conflict');
         expect(await save(store, { id: rec, index: 1, name: 'charge', body: '{"c":"ch_1"}' })).toBe('stored');
         // still in flight for everyone else; the steps are not shown to them
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+        expect(await claim(store, { id: rec, token: 'b' })).toEqual({
           state: 'in_progress',
           fingerprint: 'fp',
         });
         expect(await store.release({ id: rec, token: 'a' })).toBe(true);
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+        expect(await claim(store, { id: rec, token: 'b' })).toEqual({
           state: 'acquired',
           steps: {
             fingerprint: 'fp',
@@ -722,11 +590,11 @@ export function describeStoreContract(
       it('keeps the steps of a claim that expired, for the claim that takes it over', async () => {
         const { store, advance } = await create();
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        await claim(store, { id: rec, token: 'a' });
         expect(await save(store, { id: rec, body: 'é€😀\u0000\u0001 "quoted"' })).toBe('stored');
         await advance(LOCK + 150);
         expect(await save(store, { id: rec, index: 1, name: 'late' })).toBe('fenced');
-        const takeover = await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: LOCK });
+        const takeover = await claim(store, { id: rec, token: 'b' });
         expect(takeover).toEqual({
           state: 'acquired',
           steps: { fingerprint: 'fp', steps: [{ name: 'reserve', body: 'é€😀\u0000\u0001 "quoted"' }] },
@@ -736,10 +604,10 @@ export function describeStoreContract(
       it('gives the steps with the fingerprint that recorded them, to a claim with another one', async () => {
         const { store } = await create();
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        await claim(store, { id: rec, token: 'a' });
         await save(store, { id: rec });
         await store.release({ id: rec, token: 'a' });
-        expect(await claim(store, { id: rec, fingerprint: 'other', token: 'b', lockTtl: LOCK })).toEqual({
+        expect(await claim(store, { id: rec, token: 'b', fingerprint: 'other' })).toEqual({
           state: 'acquired',
           steps: { fingerprint: 'fp', steps: [{ name: 'reserve', body: '{"r":1}' }] },
         });
@@ -748,7 +616,7 @@ export function describeStoreContract(
       it('gives the steps to exactly one of many concurrent claims', async () => {
         const { store } = await create();
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+        await claim(store, { id: rec, token: 'a' });
         await save(store, { id: rec });
         await store.release({ id: rec, token: 'a' });
         const results = await Promise.all(
@@ -766,17 +634,17 @@ export function describeStoreContract(
         const cleared = id();
         const kept = id();
         for (const rec of [cleared, kept]) {
-          await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: LOCK });
+          await claim(store, { id: rec, token: 'a' });
           await save(store, { id: rec });
         }
         const done = { fingerprint: 'fp', token: 'a', state: 'completed', body: '1', ttl: LOCK } as const;
-        expect(await store.complete({ ...done, id: cleared, clearSteps: true })).toBe('stored');
-        expect(await store.complete({ ...done, id: kept })).toBe('stored');
+        expect(await complete(store, { id: cleared, ...done, clearSteps: true })).toBe('stored');
+        expect(await complete(store, { id: kept, ...done })).toBe('stored');
         await advance(LOCK + 150);
-        expect(await claim(store, { id: cleared, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toEqual({
+        expect(await claim(store, { id: cleared, token: 'b' })).toEqual({
           state: 'acquired',
         });
-        expect(await claim(store, { id: kept, fingerprint: 'fp', token: 'b', lockTtl: LOCK })).toMatchObject({
+        expect(await claim(store, { id: kept, token: 'b' })).toMatchObject({
           state: 'acquired',
           steps: { steps: [{ name: 'reserve' }] },
         });
@@ -785,19 +653,19 @@ export function describeStoreContract(
       it('keeps every step as long as the last one, then lets them expire', async () => {
         const { store, advance } = await create();
         const rec = id();
-        await claim(store, { id: rec, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+        await claim(store, { id: rec, token: 'a', lockTtl: 5_000 });
         await save(store, { id: rec, ttl: 600 });
         await advance(400);
         await save(store, { id: rec, index: 1, name: 'charge', ttl: 600 });
         await advance(400);
         await store.release({ id: rec, token: 'a' });
         // 800 ms after the first step, 400 after the second: both are kept
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'b', lockTtl: 5_000 })).toMatchObject({
+        expect(await claim(store, { id: rec, token: 'b', lockTtl: 5_000 })).toMatchObject({
           steps: { steps: [{ name: 'reserve' }, { name: 'charge' }] },
         });
         await store.release({ id: rec, token: 'b' });
         await advance(400);
-        expect(await claim(store, { id: rec, fingerprint: 'fp', token: 'c', lockTtl: 5_000 })).toEqual({
+        expect(await claim(store, { id: rec, token: 'c', lockTtl: 5_000 })).toEqual({
           state: 'acquired',
         });
       });
