@@ -1,87 +1,51 @@
 /**
  * The seven scenarios of the reference write-up, over HTTP with a real tRPC
- * server and client, on each store:
+ * server (the pay app, test/fixtures/pay-app.ts) and client, on each store:
  *   1 no key: 400            2 first call: runs, stored     3 same key: replayed
  *   4 other payload: 422     5 concurrent: one runs, 409    6 crashed holder: retry runs after lockTtl
  *   7 store down: 503 fail-closed, runs fail-open (Redis and PostgreSQL: the embedded stores cannot be down)
  * The crash of a real process is in multiprocess.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { initTRPC } from '@trpc/server';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { fingerprint, recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
-import {
-  type IdempotencyEvent,
-  type IdempotencyMeta,
-  type IdempotencyStore,
-  idempotencyErrorFormatter,
-  withIdempotency,
-} from '../../src/index.js';
+import type { IdempotencyStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
+import { type PayApp, startPayApp } from '../fixtures/pay-app.js';
 import { deadRedis, hungRedis } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
-import { createClient, gate, rejectionOf, type Seen, sleep, startServer, type TestServer } from '../helpers/trpc.js';
+import { createClient, gate, rejectionOf, type Seen, sleep } from '../helpers/trpc.js';
 
 const LOCK_TTL = 1_500;
 
-function setup(
+const apps: PayApp[] = [];
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.close()));
+});
+
+/** The pay app on `store`, and a tRPC client for it. */
+async function setup(
   store: IdempotencyStore,
-  options: { onStoreError?: 'fail-closed' | 'fail-open'; storeTimeout?: number } = {},
+  options: { onStoreError?: 'fail-closed' | 'fail-open'; storeTimeout?: number; seen?: Seen } = {},
 ) {
-  const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
-  const events: IdempotencyEvent[] = [];
-  const executions: { amount: number }[] = [];
-  let hold: Promise<void> | undefined;
-  const idempotentProcedure = withIdempotency(t.procedure, {
-    scope: 'global',
+  const app = await startPayApp({
     store,
     lockTtl: LOCK_TTL,
     storeTimeout: options.storeTimeout, // by default lockTtl / 3
     onStoreError: options.onStoreError,
-    onEvent: (e) => events.push(e),
   });
-  const router = t.router({
-    pay: idempotentProcedure
-      .input(z.object({ amount: z.number().int().positive(), currency: z.string() }))
-      .mutation(async ({ input }) => {
-        executions.push({ amount: input.amount });
-        if (hold !== undefined) await hold;
-        return { chargeId: randomUUID(), amount: input.amount, currency: input.currency };
-      }),
-  });
-  return {
-    router,
-    events,
-    executions,
-    holdNextCalls(until: Promise<void>) {
-      hold = until;
-    },
-  };
-}
-
-type Setup = ReturnType<typeof setup>;
-
-const servers: TestServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
-
-async function serve(app: Setup, seen?: Seen) {
-  const server = await startServer(app.router);
-  servers.push(server);
-  return createClient<Setup['router']>(server.url, { seen });
+  apps.push(app);
+  return { app, client: createClient<PayApp['router']>(app.url, { seen: options.seen }) };
 }
 
 const { stores } = liveStores('scenarios', ['memory', 'redis', 'postgres', 'PGlite']);
 
 describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   it('1. a mutation without a key is refused with 400 and does not run', async () => {
-    const app = setup(makeStore());
-    const client = await serve(app);
+    const { app, client } = await setup(makeStore());
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }));
     expect(error.data).toMatchObject({ httpStatus: 400, code: 'BAD_REQUEST', idempotency: { reason: 'key_missing' } });
     expect(error.message).toMatch(/requires an Idempotency-Key header/);
@@ -89,9 +53,8 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   });
 
   it('2 and 3. the first call runs and is stored; the same key again replays it without running', async () => {
-    const app = setup(makeStore());
     const seen: Seen = [];
-    const client = await serve(app, seen);
+    const { app, client } = await setup(makeStore(), { seen });
     const key = randomUUID();
     const first = await client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } });
     expect(first).toMatchObject({ amount: 100, currency: 'EUR' });
@@ -105,8 +68,7 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   });
 
   it('4. the same key with another payload is refused with 422', async () => {
-    const app = setup(makeStore());
-    const client = await serve(app);
+    const { app, client } = await setup(makeStore());
     const key = randomUUID();
     await client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } });
     const error = await rejectionOf(client.pay.mutate({ amount: 999, currency: 'EUR' }, { context: { key } }));
@@ -120,11 +82,10 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   });
 
   it('5. two concurrent calls with one key: one runs, the other gets 409 with Retry-After', async () => {
-    const app = setup(makeStore());
     const seen: Seen = [];
-    const client = await serve(app, seen);
+    const { app, client } = await setup(makeStore(), { seen });
     const release = gate();
-    app.holdNextCalls(release.opened);
+    app.hold(release.opened);
     const key = randomUUID();
     const first = client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } });
     await expect.poll(() => app.executions.length).toBe(1);
@@ -142,8 +103,7 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
 
   it('6. a claim whose holder died expires after lockTtl, and the retry runs', async () => {
     const store = makeStore();
-    const app = setup(store);
-    const client = await serve(app);
+    const { app, client } = await setup(store);
     const key = randomUUID();
     // A holder that claimed the key and then died: it never completes, releases or renews.
     const claimed = await store.claim({
@@ -166,9 +126,8 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
 describe('7. the store is unreachable', () => {
   it('fail-closed (the default): 503 within the store timeout, and the procedure does not run', async () => {
     const dead = deadRedis();
-    const app = setup(redisStore({ client: dead }), { storeTimeout: 300 });
     const seen: Seen = [];
-    const client = await serve(app, seen);
+    const { app, client } = await setup(redisStore({ client: dead }), { storeTimeout: 300, seen });
     const error = await rejectionOf(
       client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
     );
@@ -186,8 +145,7 @@ describe('7. the store is unreachable', () => {
 
   it('fail-closed when the store hangs: 503 once the store timeout passes', async () => {
     const hung = await hungRedis();
-    const app = setup(redisStore({ client: hung.client }), { storeTimeout: 300 });
-    const client = await serve(app);
+    const { app, client } = await setup(redisStore({ client: hung.client }), { storeTimeout: 300 });
     const error = await rejectionOf(
       client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
     );
@@ -206,8 +164,7 @@ describe('7. the store is unreachable', () => {
 
   it('fail-open: the procedure runs unprotected and an event says so', async () => {
     const dead = deadRedis();
-    const app = setup(redisStore({ client: dead }), { storeTimeout: 300, onStoreError: 'fail-open' });
-    const client = await serve(app);
+    const { app, client } = await setup(redisStore({ client: dead }), { storeTimeout: 300, onStoreError: 'fail-open' });
     await expect(
       client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
     ).resolves.toMatchObject({
@@ -234,8 +191,7 @@ describe('7. PostgreSQL is unreachable', () => {
 
   it('fail-closed: 503 and the procedure does not run', async () => {
     const { store, pool } = deadPostgres();
-    const app = setup(store);
-    const client = await serve(app);
+    const { app, client } = await setup(store);
     const key = randomUUID();
     const error = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
     expect(error.data).toMatchObject({ httpStatus: 503, idempotency: { reason: 'store_unavailable' } });
@@ -253,8 +209,7 @@ describe('7. PostgreSQL is unreachable', () => {
 
   it('fail-open: the procedure runs unprotected', async () => {
     const { store, pool } = deadPostgres();
-    const app = setup(store, { onStoreError: 'fail-open' });
-    const client = await serve(app);
+    const { app, client } = await setup(store, { onStoreError: 'fail-open' });
     await expect(
       client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key: randomUUID() } }),
     ).resolves.toMatchObject({ amount: 100 });
