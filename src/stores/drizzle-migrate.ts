@@ -1,6 +1,7 @@
 import { is, sql } from 'drizzle-orm';
 import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError } from '../core/errors.js';
+import { describeValue } from '../core/options.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
@@ -80,17 +81,12 @@ function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown
   if (value === undefined) return fallback;
   const bytes = typeof value === 'string' ? Buffer.byteLength(value, 'utf8') : 0;
   if (typeof value !== 'string' || value.length === 0 || value.includes('\0') || bytes > MAX_IDENTIFIER_BYTES) {
-    const got = bytes > MAX_IDENTIFIER_BYTES ? `a name of ${bytes} bytes` : describe(value);
+    const got = bytes > MAX_IDENTIFIER_BYTES ? `a name of ${bytes} bytes` : describeValue(value);
     throw new IdempotencyConfigError(
       `migrateIdempotencyKeys: \`${name}\` must be a non-empty name without NUL characters, of at most ${MAX_IDENTIFIER_BYTES} bytes (PostgreSQL truncates longer ones), got ${got}. Leave it out to use '${fallback}'.`,
     );
   }
   return value;
-}
-
-function describe(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
-  return value === null ? 'null' : typeof value;
 }
 
 /**
@@ -137,7 +133,7 @@ export async function migrateIdempotencyKeys(
   }
   if (options === null || typeof options !== 'object') {
     throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`options\` must be an object, got ${describe(options)}.`,
+      `migrateIdempotencyKeys: \`options\` must be an object, got ${describeValue(options)}.`,
     );
   }
   // A misspelt option would otherwise be ignored and the defaults used: a second journal, and the table created twice.
@@ -157,7 +153,7 @@ export async function migrateIdempotencyKeys(
     !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')
   ) {
     throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL, got ${describe(migrationsFolder)}. Leave it out to use this package's drizzle/ folder.`,
+      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL, got ${describeValue(migrationsFolder)}. Leave it out to use this package's drizzle/ folder.`,
     );
   }
 

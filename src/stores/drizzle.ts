@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { currentRun } from '../core/claimed-run.js';
 import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
+import { checkWholeNumber } from '../core/options.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -495,11 +496,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
       batchSize = 1_000,
       maxBatches = Number.POSITIVE_INFINITY,
     }: PurgeOptions = {}): Promise<number> {
-      if (!Number.isInteger(batchSize) || batchSize < 1) {
-        throw new IdempotencyConfigError(
-          `purgeExpired: batchSize must be a positive integer, got ${String(batchSize)}.`,
-        );
-      }
+      checkWholeNumber(batchSize, 'batchSize', 'purgeExpired', { min: 1 });
       let total = 0;
       for (const purge of [PURGE, PURGE_STEPS]) {
         for (let batch = 0; batch < maxBatches; batch++) {

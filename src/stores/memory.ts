@@ -1,5 +1,5 @@
-import { IdempotencyConfigError } from '../core/errors.js';
 import { scopeOfRecordId } from '../core/key.js';
+import { checkFunction, checkTimerMs, checkWholeNumber } from '../core/options.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -103,24 +103,11 @@ const recordBytes = (id: string, fingerprint: string, token: string | undefined,
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // initialized config
   const { maxEntries = 10_000, maxBytes = 67_108_864, sweepInterval = 60_000, now = Date.now } = options;
-  if (!Number.isInteger(maxEntries) || maxEntries < 1) {
-    throw new IdempotencyConfigError(`memoryStore: maxEntries must be a positive integer, got ${String(maxEntries)}.`);
-  }
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < 65_536) {
-    throw new IdempotencyConfigError(
-      `memoryStore: maxBytes must be a whole number of bytes, at least 65,536 (64 KiB), got ${String(maxBytes)}.`,
-    );
-  }
-  if (typeof sweepInterval !== 'number' || !(sweepInterval > 0) || sweepInterval > 2 ** 31 - 1) {
-    throw new IdempotencyConfigError(
-      `memoryStore: sweepInterval must be a number of ms from 1 to ${2 ** 31 - 1} (a Node.js timer's limit), got ${String(sweepInterval)}.`,
-    );
-  }
-  if (typeof now !== 'function') {
-    throw new IdempotencyConfigError(
-      `memoryStore: now must be a function that returns the time in ms, got ${typeof now}.`,
-    );
-  }
+  const where = 'memoryStore';
+  checkWholeNumber(maxEntries, 'maxEntries', where, { min: 1 });
+  checkWholeNumber(maxBytes, 'maxBytes', where, { min: 65_536, unit: ' of bytes' });
+  checkTimerMs(sweepInterval, 'sweepInterval', where);
+  checkFunction(now, 'now', where, 'a function that returns the time in ms');
   const records = new Map<string, MemoryRecord>();
   // The steps of records, apart from them: they outlive a released or expired claim.
   const stepsOf = new Map<string, MemorySteps>();
@@ -272,33 +259,22 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         if (recorded !== undefined) dropSteps(id, recorded);
       }
       const size = recordBytes(id, fingerprint, token, body);
+      const name = scopeOfRecordId(id);
       // Never refused for room: a retry would run the operation again. The rule decides what may go.
-      if (rec === undefined) {
-        const name = scopeOfRecordId(id);
-        makeRoom(t, 1, size, shares.get(name));
-        const done: MemoryRecord = {
-          state,
-          fingerprint,
-          token,
-          body,
-          expiresAt: t + ttl,
-          bytes: size,
-          scope: shares.usage(name),
-        };
-        records.set(id, done);
-        shares.account(done.scope, 1, size);
-        shares.finish(done.scope, id, done);
-      } else {
-        makeRoom(t, 0, size - rec.bytes, rec.scope);
-        // The claim's own record, updated rather than replaced: one object less for the GC to move.
-        rec.state = state;
-        rec.fingerprint = fingerprint;
-        rec.body = body;
-        rec.expiresAt = t + ttl;
-        shares.account(rec.scope, 0, size - rec.bytes);
-        rec.bytes = size;
-        shares.finish(rec.scope, id, rec);
-      }
+      makeRoom(t, rec === undefined ? 1 : 0, size - (rec?.bytes ?? 0), rec?.scope ?? shares.get(name));
+      if (rec !== undefined) drop(id, rec);
+      const done: MemoryRecord = {
+        state,
+        fingerprint,
+        token,
+        body,
+        expiresAt: t + ttl,
+        bytes: size,
+        scope: shares.usage(name),
+      };
+      records.set(id, done);
+      shares.account(done.scope, 1, size);
+      shares.finish(done.scope, id, done);
       expiring(t + ttl);
       notify(id);
       return 'stored';

@@ -1,6 +1,7 @@
 import { AsyncResource } from 'node:async_hooks';
 import type { Cluster, Redis } from 'ioredis';
-import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
+import { storeFailure } from '../core/errors.js';
+import { configError, describeValue } from '../core/options.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -95,7 +96,7 @@ interface QueuedScript {
  * with other errors (connection closed, retries exhausted, every cluster node
  * failed) when it could not get an answer: those are outages.
  */
-function classify(error: unknown): unknown {
+function asStoreFailure(error: unknown): unknown {
   const reply = error instanceof Error && error.name === 'ReplyError';
   return !reply || OUTAGE_REPLIES.test((error as Error).message) ? storeFailure('unavailable', error) : error;
 }
@@ -111,11 +112,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   // initialized config
   const { client, prefix = 'idem:' } = options;
   if (client === undefined || client === null || typeof (client as Redis).evalsha !== 'function') {
-    throw new IdempotencyConfigError('redisStore: `client` must be an ioredis Redis or Cluster instance.');
+    throw configError(
+      'redisStore',
+      `client must be an ioredis Redis or Cluster instance, got ${describeValue(client)}.`,
+    );
   }
   if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
-    throw new IdempotencyConfigError(
-      'redisStore: `prefix` must be a string without braces (the store adds the hash tag).',
+    throw configError(
+      'redisStore',
+      `prefix must be a string without braces (the store adds the hash tag), got ${describeValue(prefix)}.`,
     );
   }
   const channel = `${prefix}settled`;
@@ -185,7 +190,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         }
       });
     } catch (error) {
-      throw classify(error);
+      throw asStoreFailure(error);
     }
   }
 
