@@ -1,5 +1,11 @@
 // trpc-idempotency/core: the engine without tRPC, for queue consumers, webhook
 // handlers and store authors. Loads nothing of @trpc/server.
+// Each name has a user: the engine and its options, types and errors (engine
+// users); parseIdempotencyKey and MAX_KEY_LENGTH (reading a key from a queue
+// message or a webhook); DEFAULT_POLICY (building on the defaults);
+// deriveStepKey, recordId and fingerprint (a step's key, a record's id and
+// fingerprint outside a call: docs/steps.md, docs/stores.md); the store
+// contract, storeFailure and StoreFailureKind (store authors).
 
 export { jsonCodec, type OutcomeCodec } from './core/codec.js';
 export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
@@ -7,17 +13,15 @@ export {
   findIdempotencyError,
   IdempotencyConfigError,
   IdempotencyError,
-  isRetryable,
   retryable,
   storeFailure,
 } from './core/errors.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
-export { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH, MAX_FINGERPRINT_SHARED } from './core/fingerprint.js';
+export { fingerprint } from './core/fingerprint.js';
 export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
-export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js';
+export { DEFAULT_POLICY } from './core/policy.js';
 export { deriveStepKey, type IdempotencySteps } from './core/steps.js';
-// For store authors: the contract, the record id and the fingerprint a store keeps.
 export type {
   ClaimAnswer,
   ClaimInput,

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalize, fingerprint, MAX_FINGERPRINT_DEPTH, MAX_FINGERPRINT_SHARED } from '../../src/core.js';
+import {
+  canonicalize,
+  fingerprint,
+  MAX_FINGERPRINT_DEPTH,
+  MAX_FINGERPRINT_SHARED,
+} from '../../src/core/fingerprint.js';
 import { IdempotencyError } from '../../src/index.js';
 
 describe('fingerprint', () => {
