@@ -6,7 +6,9 @@ import type { OutcomeCodec } from '../core/codec.js';
  * last), outside the check: stored as the resolver returned it, an outcome
  * keeps what the parser strips (a password hash, a token) in the store.
  */
-type OutputMiddleware = ((opts: { next: () => Promise<unknown> } & Record<string, unknown>) => Promise<unknown>) & {
+export type OutputMiddleware = ((
+  opts: { next: () => Promise<unknown> } & Record<string, unknown>,
+) => Promise<unknown>) & {
   _type?: string;
 };
 
@@ -71,4 +73,34 @@ async function parse(value: unknown, parsers: readonly OutputMiddleware[], opts:
     data = result.data;
   }
   return data;
+}
+
+/**
+ * The `.output()` stage of one call: `parse` gives what the parsers let
+ * through, which is what is stored (and what a replay must pass again), and
+ * `codec` refuses to store a value no stored form of which passes them again,
+ * so that the engine records it as unreplayable.
+ */
+export function outputStage(
+  codec: OutcomeCodec<unknown>,
+  parsers: readonly OutputMiddleware[],
+  opts: Record<string, unknown>,
+): { codec: OutcomeCodec<unknown>; parse(value: unknown): Promise<unknown> } {
+  let unreplayable: { value: unknown } | undefined;
+  return {
+    codec: {
+      ...codec,
+      serialize(value: unknown) {
+        if (unreplayable !== undefined && Object.is(value, unreplayable.value)) {
+          throw new TypeError('No stored form of this result passes the procedure’s output parser again.');
+        }
+        return codec.serialize(value);
+      },
+    },
+    async parse(value: unknown) {
+      const parsed = await parsedOutput(value, parsers, opts, codec);
+      if (!parsed.replayable) unreplayable = { value: parsed.value };
+      return parsed.value;
+    },
+  };
 }

@@ -50,23 +50,35 @@ describe('options of the wrong type are refused when the builder is created', ()
     [
       'scope',
       { scope: 'user' },
-      /withIdempotency: scope must be a function .*\(\{ ctx \}\) => ctx\.user\.id.*; got the string "user"/,
+      /withIdempotency: scope must be a function .*\(\{ ctx \}\) => ctx\.user\.id, or 'global', got the string "user"/,
     ],
-    ['getKey', { getKey: 42 }, /withIdempotency: getKey must be a function .*; got the number 42/],
-    ['required', { required: 'yes' }, /withIdempotency: required must be true or false; got the string "yes"/],
-    ['header', { header: 5 }, /withIdempotency: header must be a header name .*'Idempotency-Key'; got the number 5/],
+    [
+      'getKey',
+      { getKey: 42 },
+      /withIdempotency: getKey must be a function that returns the key, .*, got the number 42\./,
+    ],
+    ['required', { required: 'yes' }, /withIdempotency: required must be true or false, got the string "yes"\./],
+    [
+      'header',
+      { header: 5 },
+      /withIdempotency: header must be a header name \(letters, digits, dashes\), such as 'Idempotency-Key', got the number 5\./,
+    ],
     [
       'header',
       { header: 'Idempotency Key' },
       /withIdempotency: header must be a header name \(letters, digits, dashes\)/,
     ],
-    ['replayedHeader', { replayedHeader: true }, /withIdempotency: replayedHeader must be a header name .*; got true/],
+    [
+      'replayedHeader',
+      { replayedHeader: true },
+      /withIdempotency: replayedHeader must be a header name .*, such as 'Idempotent-Replayed', got true\./,
+    ],
     [
       'engine',
       { engine: {} },
-      /withIdempotency: engine must be an engine made by createIdempotencyEngine\(\); got an object without execute\(\)/,
+      /withIdempotency: engine must be an engine made by createIdempotencyEngine\(\), got an object without execute\(\)\. Leave it out/,
     ],
-    ['engine', { engine: 'shared' }, /withIdempotency: engine must be an engine .*; got the string "shared"/],
+    ['engine', { engine: 'shared' }, /withIdempotency: engine must be an engine .*, got the string "shared"\./],
   ])('%s: %j', (_name, options, message) => {
     const error = configErrorOf(() => withIdempotency(t.procedure, options as never));
     expect(error.message).toMatch(message);
@@ -74,10 +86,10 @@ describe('options of the wrong type are refused when the builder is created', ()
 
   it('options that are not an object, and a first argument that is not a procedure builder', () => {
     expect(configErrorOf(() => withIdempotency(t.procedure, 'strict' as never)).message).toMatch(
-      /withIdempotency: options must be an object, with at least scope; got the string "strict"/,
+      /withIdempotency: options must be an object, with at least scope, got the string "strict"\./,
     );
     expect(configErrorOf(() => withIdempotency(t.procedure, null as never)).message).toMatch(
-      /options must be an object, with at least scope; got null/,
+      /options must be an object, with at least scope, got null\./,
     );
     expect(configErrorOf(() => withIdempotency(t.router({}) as never, { scope: 'global' })).message).toMatch(
       /withIdempotency: the first argument must be a tRPC procedure builder, such as t\.procedure/,
@@ -147,7 +159,7 @@ describe("the router's data transformer", () => {
       configErrorOf(() =>
         withIdempotency(withSuperjson.procedure, { scope: 'global', transformer: 'superjson' as never }),
       ).message,
-    ).toMatch(/transformer must be a data transformer, such as superjson .*; got the string "superjson"/);
+    ).toMatch(/transformer must be a data transformer, such as superjson .*, or null, got the string "superjson"\./);
   });
 
   it('is required where the builder does not carry the router config (@trpc/server before 11.22), and then used', async () => {
@@ -167,11 +179,19 @@ describe('meta of the wrong type is refused when .mutation() builds the procedur
   const idem = withIdempotency(t.procedure, { scope: 'global', store: memoryStore() });
 
   it.each([
-    ['required: "yes"', { required: 'yes' }, /meta\.idempotency: required must be true or false; got the string "yes"/],
-    ['required: 1', { required: 1 }, /meta\.idempotency: required must be true or false; got the number 1/],
-    ['true', true, /meta\.idempotency must be an object of options, or false to turn protection off; got true/],
-    ['a string', 'on', /meta\.idempotency must be an object of options, or false .*; got the string "on"/],
-    ['null', null, /meta\.idempotency must be an object of options, or false .*; got null/],
+    [
+      'required: "yes"',
+      { required: 'yes' },
+      /meta\.idempotency: required must be true or false, got the string "yes"\./,
+    ],
+    ['required: 1', { required: 1 }, /meta\.idempotency: required must be true or false, got the number 1\./],
+    [
+      'true',
+      true,
+      /meta\.idempotency must be an object of options, or false to turn protection off, got true\. Leave it out/,
+    ],
+    ['a string', 'on', /meta\.idempotency must be an object of options, or false .*, got the string "on"\./],
+    ['null', null, /meta\.idempotency must be an object of options, or false .*, got null\./],
   ])('%s', (_label, idempotency, message) => {
     const procedure = idem.meta({ idempotency: idempotency as never });
     expect(configErrorOf(() => procedure.mutation(() => 1)).message).toMatch(message);
@@ -262,11 +282,11 @@ describe('what only a request can show is a 500 that says what to change', () =>
   });
 
   it.each([
-    ['undefined', undefined, /scope returned undefined/],
-    ['an empty string', '', /scope returned an empty string/],
-    ['an object', { id: 1 }, /scope returned object/],
-    ['NaN', Number.NaN, /scope returned number/],
-    ['a boolean', true, /scope returned boolean/],
+    ['undefined', undefined, /scope returned undefined\./],
+    ['an empty string', '', /scope returned an empty string\./],
+    ['an object', { id: 1 }, /scope returned an object\./],
+    ['NaN', Number.NaN, /scope returned the number NaN\./],
+    ['a boolean', true, /scope returned true\./],
   ])('a scope that returns %s', async (_label, value, returned) => {
     let runs = 0;
     const router = t.router({
@@ -371,14 +391,18 @@ describe('engine and policy options are refused at creation, saying what to chan
     [
       'storeTimeout past a timer limit',
       { storeTimeout: 30 * 86_400_000 },
-      /storeTimeout must be at most 2147483647 ms \(2\^31 - 1, about 24\.8 days: a Node\.js timer's limit\), got 2592000000/,
+      /storeTimeout must be a number of milliseconds above 0 to 2147483647 \(a Node\.js timer's limit, about 24\.8 days\), got the number 2592000000\./,
     ],
     [
       'lockTtl past a timer limit',
       { lockTtl: 2 ** 33, ttl: 2 ** 34 },
-      /lockTtl must be at most 2147483647 ms .*got 8589934592/,
+      /lockTtl must be a number of milliseconds above 0 to 2147483647 .*got the number 8589934592\./,
     ],
-    ['maxRunTime past a timer limit', { maxRunTime: 2 ** 31 }, /maxRunTime must be at most 2147483647 ms/],
+    [
+      'maxRunTime past a timer limit',
+      { maxRunTime: 2 ** 31 },
+      /maxRunTime must be a number of milliseconds above 0 to 2147483647 .*got the number 2147483648\./,
+    ],
     [
       'waitTimeout past a timer limit',
       { waitTimeout: 2 ** 31 },
@@ -432,7 +456,7 @@ describe('engine and policy options are refused at creation, saying what to chan
 
   it('memoryStore refuses a sweep interval a timer cannot keep', () => {
     expect(configErrorOf(() => memoryStore({ sweepInterval: 2 ** 31 })).message).toMatch(
-      /sweepInterval must be a number of ms from 1 to 2147483647/,
+      /memoryStore: sweepInterval must be a number of milliseconds above 0 to 2147483647 .*got the number 2147483648\./,
     );
   });
 });

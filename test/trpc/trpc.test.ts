@@ -718,7 +718,7 @@ describe('contexts and scopes', () => {
   it.each([
     ['undefined', undefined, /scope returned undefined/],
     ['an empty string', '', /scope returned an empty string/],
-    ['an object', { id: 1 }, /scope returned object/],
+    ['an object', { id: 1 }, /scope returned an object\./],
   ])('refuses a scope of %s with a message that says what to return', async (_label, value, message) => {
     let runs = 0;
     const router = t.router({ op: idem({ scope: () => value as never }).mutation(() => ++runs) });
