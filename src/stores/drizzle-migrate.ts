@@ -2,6 +2,7 @@ import { is, sql } from 'drizzle-orm';
 import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError } from '../core/errors.js';
 import { describeValue } from '../core/options.js';
+import { rowsOf } from './drizzle-statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
@@ -69,13 +70,6 @@ const OPTION_NAMES = ['migrationsFolder', 'migrationsSchema', 'migrationsTable']
 
 // PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), so two long names could silently meet.
 const MAX_IDENTIFIER_BYTES = 63;
-
-function rowsOf(result: unknown): Record<string, unknown>[] {
-  // node-postgres and PGlite return { rows }, postgres-js an array of rows.
-  if (Array.isArray(result)) return result as Record<string, unknown>[];
-  const rows = (result as { rows?: unknown } | null)?.rows;
-  return Array.isArray(rows) ? (rows as Record<string, unknown>[]) : [];
-}
 
 function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown, fallback: string): string {
   if (value === undefined) return fallback;

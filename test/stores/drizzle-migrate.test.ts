@@ -325,7 +325,7 @@ describe('options', () => {
     [
       'an empty table name',
       { migrationsTable: '' },
-      /`migrationsTable` must be a non-empty name .*got ""\. Leave it out to use '__trpc_idempotency_migrations'/,
+      /`migrationsTable` must be a non-empty name .*got the string ""\. Leave it out to use '__trpc_idempotency_migrations'/,
     ],
     [
       'a table name PostgreSQL would truncate',
@@ -335,7 +335,7 @@ describe('options', () => {
     [
       'a schema that is not a string',
       { migrationsSchema: 42 },
-      /`migrationsSchema` must be a non-empty name .*got number\. Leave it out to use 'drizzle'/,
+      /`migrationsSchema` must be a non-empty name .*got the number 42\. Leave it out to use 'drizzle'/,
     ],
     [
       'a misspelt option',
@@ -350,9 +350,9 @@ describe('options', () => {
     [
       'a URL that is not a file',
       { migrationsFolder: new URL('https://example.com/drizzle') },
-      /`migrationsFolder` must be a path or a file: URL, got object/,
+      /`migrationsFolder` must be a path or a file: URL, got an object/,
     ],
-    ['options that are not an object', 'drizzle', /`options` must be an object, got "drizzle"/],
+    ['options that are not an object', 'drizzle', /`options` must be an object, got the string "drizzle"/],
   ])('refuses %s, before touching the database', async (_name, options, message) => {
     const error = await migrateIdempotencyKeys(drizzlePglite(client), options as never).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(IdempotencyConfigError);
