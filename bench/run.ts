@@ -3,11 +3,12 @@
  * idempotency and with it (memory, Redis, PostgreSQL), beside its peers, in
  * one run and alternating A B A B; then store cost, in-process overhead,
  * growth with 1,000,000 records and purge time. Writes bench/results.json
- * and bench/RESULTS.md and prints the table.
+ * and bench/RESULTS.md and prints the saturation table.
  *
  * Environment: BENCH_ROUNDS (3), BENCH_DURATION (seconds per run, 3),
- * BENCH_RECORDS (1000000), BENCH_WAIT_QUIET=1 (wait for a 1-minute load
- * average below 0.8 first, up to 20 minutes), DATABASE_URL.
+ * BENCH_RECORDS (1000000), BENCH_WARMUP_REQUESTS (10000), BENCH_WAIT_QUIET=1
+ * (wait for a 1-minute load average below 0.8 first, up to 20 minutes),
+ * BENCH_PIN=1, DATABASE_URL.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +17,17 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import {
+  fixedRateRow,
+  growthRow,
+  median,
+  type PacedRun,
+  type Pair,
+  type Run,
+  round2,
+  type Step,
+  saturationRow,
+} from './lib/aggregate.js';
 import { perfNodeFlags, perfWorks, recordPerf, removePerfMap, summarisePerf } from './lib/perf.js';
 import {
   type Cleanups,
@@ -28,8 +40,8 @@ import {
   startLoad,
   warmUp as warmUpOf,
 } from './lib/processes.js';
-import { type ProfileSummary, summariseProfile } from './lib/profile.js';
-import { type FingerprintCost, type Previous, previousOf, renderMarkdown, renderTable } from './lib/report.js';
+import { summariseProfile } from './lib/profile.js';
+import { type FingerprintCost, previousOf, type Results, renderMarkdown, renderTable } from './lib/report.js';
 import {
   type BenchRedis,
   type BenchSchema,
@@ -50,12 +62,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
 /** Seconds of load before each measured run (the server is already warm: see WARMUP_REQUESTS). */
 const WARMUP = 0.5;
-/**
- * Requests each server serves, of each kind it is measured on, before its first measured run. V8 is
- * still optimising a server that has served fewer: with 0.5 s only, the PostgreSQL server's optimising
- * compiler took 133 µs of CPU per request in the measured window (the baseline's: 7), and each server
- * took about 5,000 requests to settle.
- */
+/** Requests each server serves, of each kind it is measured on, before its first measured run: V8 settles after ~5,000. */
 const WARMUP_REQUESTS = Number(process.env.BENCH_WARMUP_REQUESTS ?? 10_000);
 /** Seconds per run at a fixed rate: at half the peak, about 2 × 2,000 latencies per run. */
 const PACED_DURATION = Math.min(DURATION, 2);
@@ -65,10 +72,8 @@ const REPLAY_KEYS = 1_000;
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 /**
  * BENCH_PIN=1 (with taskset and 2 cores or more): the server under test alone on CPU 0, the load
- * generator and the bench's Redis servers on the others. Off by default: on the 2-core machine of the
- * record, a server confined to one core spent 466 to 2,748 µs of CPU per request with the no-I/O
- * handler from one round to the next (about 250 unpinned), far more than its work: the process's
- * other threads (V8's garbage-collection helpers among them) then compete for that one core.
+ * generator and the bench's Redis servers on the others. Off by default: on 2 cores, a server confined
+ * to one competes with its own GC and compiler threads (docs/performance.md).
  */
 const PIN = process.env.BENCH_PIN === '1' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
 const OTHER_CPUS = `1-${cpus().length - 1}`;
@@ -79,44 +84,58 @@ const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
 
+/**
+ * What runs, in order. Three references first: round-trips, the baseline handler plus two more Redis
+ * round trips (the floor of a store that needs two: claim, completion); redis-plain, this library on
+ * the plain SET commands the peers send instead of the store's fenced scripts; no-io, the baseline's
+ * result made without I/O, as a replay from the memory store is. Then every store and peer, first
+ * executions and replays, each against its own baseline.
+ */
+const PLAN: Step[] = [
+  { name: 'floor-2-redis-round-trips', server: 'round-trips', baseline: 'baseline', keys: 'fresh' },
+  { name: 'floor-redis-plain-commands', server: 'redis-plain', baseline: 'baseline', keys: 'fresh' },
+  { name: 'floor-no-io-handler', server: 'no-io', baseline: 'baseline', keys: 'fresh' },
+  ...(
+    [
+      ['memory', 'memory', 'baseline'],
+      ['redis', 'redis', 'baseline'],
+      ['redis-autopipelining', 'redis-autopipelining', 'baseline-autopipelining'],
+      ['postgres', 'postgres', 'baseline'],
+      ['node-idempotency', 'node-idempotency', 'baseline'],
+      ['powertools', 'powertools', 'baseline'],
+      ['express-idempotency', 'express-idempotency', 'express-baseline'],
+    ] as const
+  ).flatMap(([name, server, baseline]) => [
+    { name: `${name}-first`, server, baseline, keys: 'fresh' as const },
+    { name: `${name}-replay`, server, baseline, keys: 'replay' as const },
+  ]),
+];
+/** The servers profiled in "Where the CPU goes": [name, server variant, keys]. */
+const PROFILED: (readonly [name: string, server: string, keys: 'fresh' | 'replay'])[] = [
+  ['baseline', 'baseline', 'fresh'],
+  ...['memory', 'redis', 'postgres'].flatMap((store) => [
+    [`${store}-first`, store, 'fresh'] as const,
+    [`${store}-replay`, store, 'replay'] as const,
+  ]),
+];
+
 // ---------------------------------------------------------------- processes
 const cleanups: Cleanups = [];
 const cleanup = () => runCleanups(cleanups);
 exitOnInterrupt(cleanups);
 
-// BENCH_PIN: the server under test alone on CPU 0.
 const startServer = (variant: string, env: Record<string, string>, nodeFlags: string[] = []): Promise<Server> =>
   startBenchServer(variant, env, cleanups, { prefix: PIN ? ['taskset', '-c', '0'] : [], nodeFlags });
 
 let loadGenerator: LoadGenerator;
 const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
-
-// ---------------------------------------------------------------- one measured run
-interface Run {
-  name: string;
-  round: number;
-  rps: number;
-  p50_ms: number;
-  p99_ms: number;
-  non2xx: number;
-  errors: number;
-  server_cpu_us_per_req: number;
-  redis_cpu_us_per_req: number;
-  /** All PostgreSQL server processes (the server is shared: other clients count too). */
-  postgres_cpu_us_per_req: number;
-  /** The load generator's process (autocannon). */
-  load_cpu_us_per_req: number;
-  /** Times the load generator's threads were put on a CPU, per request (see timeslices). */
-  load_runs_per_req: number;
-  /** Redis commands per request, by name, during the measured window (the handler's INCR included). */
-  redis_calls_per_req: Record<string, number>;
-}
-
 const primeKeys = (name: string, server: Server, keys: LoadCommand['keys']) =>
   primeKeysOf(loadGenerator, name, server, keys);
 const warmUp = (name: string, server: Server, modes: Iterable<'fresh' | 'replay'>) =>
   warmUpOf(loadGenerator, name, server, modes, { requests: WARMUP_REQUESTS, replayKeys: REPLAY_KEYS });
+const replayKeys = (prefix: string): LoadCommand['keys'] => ({ mode: 'replay', prefix, count: REPLAY_KEYS });
 
+/** One measured saturation run: the load's figures and every process's CPU over the same window. */
 async function measureRun(
   name: string,
   round: number,
@@ -162,14 +181,342 @@ async function measureRun(
   return run;
 }
 
-const round2 = (n: number) => Math.round(n * 100) / 100;
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+/** One run at a fixed rate after WARMUP seconds at it, with the server's CPU per request over it. */
+async function pacedRun(name: string, server: Server, keys: LoadCommand['keys'], rate: number): Promise<PacedRun> {
+  await load({ type: 'paced', url: server.url, duration: WARMUP, rate, keys });
+  const cpuBefore = cpuMicros(server.pid);
+  const result = await load({ type: 'paced', url: server.url, duration: PACED_DURATION, rate, keys });
+  const server_cpu_us_per_req = (cpuMicros(server.pid) - cpuBefore) / result.total;
+  log(
+    `${`${name} @${rate}/s`.padEnd(34)} p50 ${(result.p50_ms * 1000).toFixed(0)} µs  p99 ${(result.p99_ms * 1000).toFixed(0)} µs  cpu ${server_cpu_us_per_req.toFixed(0)} µs/req`,
+  );
+  return { ...result, server_cpu_us_per_req };
+}
+
+// ---------------------------------------------------------------- phases
+interface Services {
+  redis: Record<'main' | 'empty' | 'full', BenchRedis>;
+  admins: Map<BenchRedis, Redis>;
+  schemas: Record<'main' | 'empty' | 'full' | 'purge' | 'cost', BenchSchema>;
+}
+
+/** Three redis-servers of the bench's own (the servers', an empty and a full one for growth) and five schemas. */
+async function startServices(): Promise<Services> {
+  const redis = { main: await startRedis(), empty: await startRedis(), full: await startRedis() };
+  for (const r of Object.values(redis)) cleanups.push(() => r.stop());
+  const schemas = {} as Services['schemas'];
+  for (const label of ['main', 'empty', 'full', 'purge', 'cost'] as const) {
+    schemas[label] = await createSchema(label);
+    cleanups.push(() => schemas[label].drop());
+  }
+  const admins = new Map<BenchRedis, Redis>();
+  for (const r of Object.values(redis)) {
+    const admin = new Redis(r.url);
+    admins.set(r, admin);
+    cleanups.push(() => admin.disconnect());
+  }
+  return { redis, admins, schemas };
+}
+
+/** Commands, statements and bytes per operation, on a Redis nothing else uses yet (reset afterwards). */
+async function measureStoreCost({ redis, admins, schemas }: Services) {
+  log('store cost: Redis commands, PostgreSQL statements, bytes per record');
+  const redisOps = await redisCost(redis.empty.url);
+  const pgOps = await postgresCost(schemas.cost.url);
+  await admins.get(redis.empty)!.flushall();
+  await admins.get(redis.empty)!.config('RESETSTAT');
+  return { redisOps, pgOps };
+}
+
+/** The application's ioredis client as ioredis makes it (no auto-pipelining), except where a server asks for it. */
+const serverEnv = ({ redis, schemas }: Services) => ({
+  REDIS_URL: redis.main.url,
+  PG_URL: schemas.main.url,
+  BENCH_AUTO_PIPELINING: '0',
+});
+
+/** Every server of the plan, the four growth servers, and the load generator. */
+async function startServers(services: Services) {
+  log('starting the servers');
+  const env = serverEnv(services);
+  const servers: Record<string, Server> = {};
+  for (const variant of [
+    'baseline',
+    'round-trips',
+    'redis-plain',
+    'no-io',
+    'memory',
+    'redis',
+    'postgres',
+    'node-idempotency',
+    'powertools',
+    'express-baseline',
+    'express-idempotency',
+  ]) {
+    servers[variant] = await startServer(variant, env);
+  }
+  const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
+  servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
+  servers['redis-autopipelining'] = await startServer('redis', pipelined);
+  const { redis, schemas } = services;
+  const growth = {
+    'redis-empty': await startServer('redis', { REDIS_URL: redis.empty.url }),
+    'redis-full': await startServer('redis', { REDIS_URL: redis.full.url }),
+    'postgres-empty': await startServer('postgres', { REDIS_URL: redis.empty.url, PG_URL: schemas.empty.url }),
+    'postgres-full': await startServer('postgres', { REDIS_URL: redis.full.url, PG_URL: schemas.full.url }),
+  };
+  loadGenerator = startLoad(CONNECTIONS, cleanups);
+  pin(loadGenerator.pid, OTHER_CPUS);
+  for (const r of Object.values(redis)) pin(r.pid, OTHER_CPUS);
+  return { servers, growth };
+}
+
+/** Each server, on each kind of request it is measured on, before anything is measured. */
+async function warmUpServers(servers: Record<string, Server>, growth: Record<string, Server>) {
+  log(`warm-up: ${WARMUP_REQUESTS} requests per server and kind of request`);
+  const modesOf = new Map<string, Set<'fresh' | 'replay'>>();
+  const addMode = (server: string, mode: 'fresh' | 'replay') =>
+    modesOf.set(server, (modesOf.get(server) ?? new Set()).add(mode));
+  for (const step of PLAN) {
+    addMode(step.baseline, 'fresh');
+    addMode(step.server, step.keys);
+  }
+  for (const [server, modes] of modesOf) await warmUp(server, servers[server]!, modes);
+  for (const [name, server] of Object.entries(growth)) await warmUp(name, server, ['fresh']);
+}
+
+/** A B A B at saturation: every variant right after a run of its baseline, and the baseline again after it. */
+async function runRounds(servers: Record<string, Server>, redis: { admin: Redis; pid: number }) {
+  const runs: Run[] = [];
+  const pairs: Pair<Run>[] = [];
+  const baselineRun = async (baseline: string, round: number) => {
+    const run = await measureRun(baseline, round, servers[baseline]!, { mode: 'fresh' }, redis);
+    runs.push(run);
+    return run;
+  };
+  for (let round = 1; round <= ROUNDS; round++) {
+    log(`round ${round} of ${ROUNDS}`);
+    let before: Run | undefined;
+    for (const step of PLAN) {
+      if (before?.name !== step.baseline) before = await baselineRun(step.baseline, round);
+      const keys = step.keys === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${step.name}-r${round}`);
+      const variant = await measureRun(step.name, round, servers[step.server]!, keys, redis);
+      runs.push(variant);
+      const after = await baselineRun(step.baseline, round);
+      pairs.push({ name: step.name, round, variant, before, after });
+      before = after;
+    }
+  }
+  return { runs, pairs };
+}
+
+/** A variant's fixed rate: half the peak of the slower of it and its baseline, a rate both sustain. */
+const rateOf = (step: Step, runs: Run[]) => {
+  const half = (name: string) => Math.round(median(runs.filter((r) => r.name === name).map((r) => r.rps)) / 2);
+  return Math.min(half(step.baseline), half(step.name));
 };
 
-// ---------------------------------------------------------------- quiet machine
+/** Latency and server CPU at a fixed rate, open loop, A B A B as at saturation. */
+async function runFixedRate(servers: Record<string, Server>, runs: Run[]) {
+  log('latency at a fixed rate: half the lower peak of each variant and its baseline');
+  const paced: Pair<PacedRun>[] = [];
+  for (let round = 1; round <= ROUNDS; round++) {
+    let before: { name: string; rate: number; result: PacedRun } | undefined;
+    for (const step of PLAN) {
+      const rate = rateOf(step, runs);
+      // The previous pair's last baseline run serves as this pair's first only at the same rate.
+      if (before?.name !== step.baseline || before.rate !== rate) {
+        before = {
+          name: step.baseline,
+          rate,
+          result: await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate),
+        };
+      }
+      const keys = step.keys === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${step.name}-paced-r${round}`);
+      await primeKeys(step.name, servers[step.server]!, keys);
+      const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
+      const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
+      paced.push({ name: step.name, round, variant, before: before.result, after });
+      before = { name: step.baseline, rate, result: after };
+    }
+  }
+  return paced;
+}
+
+/**
+ * Where the CPU goes: the baseline and each store path again, each in a fresh server, warmed up, under
+ * perf where it can record (on-CPU time of every thread), else V8's CPU profiler; measured window only.
+ */
+async function runProfiles(services: Services) {
+  const profiler: 'perf' | 'v8' = perfWorks() ? 'perf' : 'v8';
+  log(`profiles: ${profiler} on the baseline and on each store path under the same load`);
+  const env = serverEnv(services);
+  const profileDir = mkdtempSync(join(tmpdir(), 'bench-profiles-'));
+  cleanups.push(() => rmSync(profileDir, { recursive: true, force: true }));
+  const profiles: Results['profiles'] = {};
+  for (const [name, variant, mode] of PROFILED) {
+    const file = join(profileDir, `${name}.${profiler === 'perf' ? 'perf.data' : 'cpuprofile'}`);
+    const server =
+      profiler === 'perf'
+        ? await startServer(variant, env, perfNodeFlags(join(profileDir, `${name}.v8.log`)))
+        : await startServer(variant, { ...env, BENCH_PROFILE: file });
+    if (profiler === 'perf') cleanups.push(() => removePerfMap(server.pid));
+    await warmUp(name, server, [mode]);
+    const keys = mode === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${name}-profile`);
+    await primeKeys(name, server, keys);
+    await load({ type: 'run', url: server.url, duration: WARMUP, keys });
+    // perf records from here until stopped; V8's profiler starts on SIGUSR2 and writes on SIGTERM.
+    const recording = profiler === 'perf' ? recordPerf(server.pid, file) : undefined;
+    if (recording === undefined) server.child.kill('SIGUSR2');
+    // perf needs a moment to start and attach to every thread before it samples.
+    await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 1_000));
+    const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
+    await recording?.stop();
+    const exited = new Promise<number | null>((resolve) => server.child.once('exit', resolve));
+    server.child.kill('SIGTERM');
+    const code = await exited;
+    if (code !== 0) throw new Error(`${name}: the profiled server exited with ${code} (its stderr says why)`);
+    // perf names JIT code from the server's map file, which outlives the server (removed at cleanup).
+    const requests = measured.total;
+    const summary =
+      recording === undefined ? summariseProfile(file, requests) : summarisePerf(file, server.pid, requests);
+    profiles[name] = { ...summary, requests };
+  }
+  return { profiler, profiles };
+}
+
+/** RECORDS live records in the full Redis and schema, then first executions against them and the empty ones. */
+async function runGrowth({ redis, admins, schemas }: Services, growth: Record<string, Server>) {
+  log(`growth: storing ${RECORDS} live records in Redis and in PostgreSQL`);
+  await fillRedis(admins.get(redis.full)!, RECORDS);
+  const keysInRedis = await admins.get(redis.full)!.dbsize();
+  await fillPostgres(schemas.full.url, RECORDS, false);
+  const runs: Record<string, Run[]> = {};
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const store of ['redis', 'postgres'] as const) {
+      for (const state of ['empty', 'full'] as const) {
+        const name = `${store}-${state}`;
+        const r = redis[state]; // the server's INCR (and Redis store) goes there
+        const run = await measureRun(
+          `${name} (growth)`,
+          round,
+          growth[name]!,
+          { mode: 'fresh' },
+          {
+            admin: admins.get(r)!,
+            pid: r.pid,
+          },
+        );
+        (runs[name] ??= []).push(run);
+      }
+    }
+  }
+  return {
+    redis: { ...growthRow(runs['redis-empty']!, runs['redis-full']!, RECORDS), keys_in_redis: keysInRedis },
+    postgres: growthRow(runs['postgres-empty']!, runs['postgres-full']!, RECORDS),
+  };
+}
+
+/** purgeExpired() over RECORDS expired rows, then the in-process tools, each in a process of its own. */
+async function runInProcess(schemas: Services['schemas']) {
+  log(`purge: ${RECORDS} expired rows, purgeExpired() in batches of 1,000`);
+  await fillPostgres(schemas.purge.url, RECORDS, true);
+  const purge = execJson(['--import', 'tsx', here('./purge.ts'), schemas.purge.url]) as {
+    deleted: number;
+    seconds: number;
+    batch_size: number;
+  };
+  log('in-process overhead per call (mitata, memory store)');
+  const overhead = execJson(['--import', 'tsx', here('./overhead.ts'), '4']) as Results['overhead'] & {
+    overhead_us_per_call: number;
+  };
+  log('fingerprint cost over the parse of its body, per shape (in process)');
+  const fingerprint = execJson(['--import', 'tsx', here('./fingerprint.ts'), '7']) as FingerprintCost;
+  return {
+    purge: {
+      rows: RECORDS,
+      deleted: purge.deleted,
+      seconds: round2(purge.seconds),
+      batch_size: purge.batch_size,
+      rows_per_second: Math.round(purge.deleted / purge.seconds),
+    },
+    overhead,
+    fingerprint,
+  };
+}
+
+// ---------------------------------------------------------------- main
+async function main() {
+  const record = here('./RESULTS.md');
+  const previous = existsSync(record) ? previousOf(readFileSync(record, 'utf8')) : undefined;
+  const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
+  const loadBefore = loadAverage();
+  log(
+    `load average before: ${loadBefore.join(' ')}; ${ROUNDS} rounds of ${DURATION} s runs, ${CONNECTIONS} connections`,
+  );
+
+  const services = await startServices();
+  const { redisOps, pgOps } = await measureStoreCost(services);
+  const { servers, growth } = await startServers(services);
+  await warmUpServers(servers, growth);
+  const main = { admin: services.admins.get(services.redis.main)!, pid: services.redis.main.pid };
+  const { runs, pairs } = await runRounds(servers, main);
+  const paced = await runFixedRate(servers, runs);
+  const { profiler, profiles } = await runProfiles(services);
+  const growthRows = await runGrowth(services, growth);
+  const { purge, overhead, fingerprint } = await runInProcess(services.schemas);
+  const peerBytes = await peerRecordBytes(main.admin);
+  const loadAfter = loadAverage();
+  await cleanup();
+
+  // ------------------------------------------------------------ collect
+  const results: Results = {
+    machine: machine(),
+    date: new Date().toISOString(),
+    commit: commitOf(),
+    previous,
+    settings: {
+      rounds: ROUNDS,
+      duration_s: DURATION,
+      warmup_s: WARMUP,
+      warmup_requests: WARMUP_REQUESTS,
+      profiler,
+      connections: CONNECTIONS,
+      replay_keys: REPLAY_KEYS,
+      pinned: PIN
+        ? `the server under test on CPU 0; the load generator and the bench's Redis servers on CPUs ${OTHER_CPUS}; PostgreSQL unpinned`
+        : 'no (BENCH_PIN=1 pins them)',
+    },
+    load_average: {
+      before: loadBefore,
+      after: loadAfter,
+      ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }),
+    },
+    rows: PLAN.map((step) => saturationRow(step, pairs)),
+    store_cost: { redis: redisOps, postgres: pgOps },
+    peer_redis_bytes_per_record: peerBytes,
+    latency: PLAN.map((step) => fixedRateRow(step, paced, rateOf(step, runs))),
+    profiles,
+    overhead_us_per_call: round2(overhead.overhead_us_per_call),
+    overhead,
+    fingerprint,
+    growth: growthRows,
+    purge,
+    runs,
+    duration_s: Math.round((Date.now() - started) / 1000),
+  };
+  writeReport(results);
+}
+
+/** bench/results.json (every run), bench/RESULTS.md, and the saturation table on stdout. */
+function writeReport(results: Results) {
+  writeFileSync(here('./results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(here('./RESULTS.md'), renderMarkdown(results));
+  process.stdout.write(`\n${renderTable(results)}\n`);
+  log(`done in ${results.duration_s} s: bench/results.json, bench/RESULTS.md`);
+}
+
+// ---------------------------------------------------------------- helpers
 async function waitQuiet(): Promise<{ waited_s: number; quiet: boolean }> {
   const start = Date.now();
   for (;;) {
@@ -181,7 +528,6 @@ async function waitQuiet(): Promise<{ waited_s: number; quiet: boolean }> {
   }
 }
 
-// ---------------------------------------------------------------- growth helpers
 /** Stores `count` completed records (the Redis store's layout, ~200-byte bodies) with a server-side script. */
 async function fillRedis(redis: Redis, count: number) {
   const body = JSON.stringify({ result: 'x'.repeat(190) });
@@ -212,421 +558,6 @@ async function fillPostgres(url: string, count: number, expired: boolean) {
   await client.query('vacuum analyze idempotency_keys');
   await client.end();
 }
-
-// ---------------------------------------------------------------- main
-async function main() {
-  // What the committed record says, to tell what changed since it.
-  const previous: Previous | undefined = existsSync(here('./RESULTS.md'))
-    ? previousOf(readFileSync(here('./RESULTS.md'), 'utf8'))
-    : undefined;
-  const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
-  const loadBefore = loadAverage();
-  log(
-    `load average before: ${loadBefore.join(' ')}; ${ROUNDS} rounds of ${DURATION} s runs, ${CONNECTIONS} connections`,
-  );
-
-  const redisMain = await startRedis();
-  const redisEmpty = await startRedis();
-  const redisFull = await startRedis();
-  for (const r of [redisMain, redisEmpty, redisFull]) cleanups.push(() => r.stop());
-  const schemas: Record<string, BenchSchema> = {};
-  for (const label of ['main', 'empty', 'full', 'purge', 'cost']) {
-    schemas[label] = await createSchema(label);
-    cleanups.push(() => schemas[label]!.drop());
-  }
-  const admins = new Map<BenchRedis, Redis>();
-  for (const r of [redisMain, redisEmpty, redisFull]) {
-    const admin = new Redis(r.url);
-    admins.set(r, admin);
-    cleanups.push(() => admin.disconnect());
-  }
-
-  // Store cost first, on a quiet Redis.
-  log('store cost: Redis commands, PostgreSQL statements, bytes per record');
-  const redisOps = await redisCost(redisEmpty.url);
-  const pgOps = await postgresCost(schemas.cost!.url);
-  await admins.get(redisEmpty)!.flushall();
-  await admins.get(redisEmpty)!.config('RESETSTAT');
-
-  log('starting the servers');
-  // The application's ioredis client as ioredis makes it (no auto-pipelining), except in the two servers below.
-  const env = { REDIS_URL: redisMain.url, PG_URL: schemas.main!.url, BENCH_AUTO_PIPELINING: '0' };
-  const variants = [
-    'baseline',
-    'round-trips',
-    'redis-plain',
-    'no-io',
-    'memory',
-    'redis',
-    'postgres',
-    'node-idempotency',
-    'powertools',
-    'express-baseline',
-    'express-idempotency',
-  ];
-  const servers: Record<string, Server> = {};
-  for (const variant of variants) servers[variant] = await startServer(variant, env);
-  // The same baseline and Redis store with the application's client in enableAutoPipelining mode: the
-  // commands issued in one tick of the event loop reach Redis in one write (see the report).
-  const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
-  servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
-  servers['redis-autopipelining'] = await startServer('redis', pipelined);
-  const growth = {
-    'redis-empty': await startServer('redis', { REDIS_URL: redisEmpty.url }),
-    'redis-full': await startServer('redis', { REDIS_URL: redisFull.url }),
-    'postgres-empty': await startServer('postgres', { REDIS_URL: redisEmpty.url, PG_URL: schemas.empty!.url }),
-    'postgres-full': await startServer('postgres', { REDIS_URL: redisFull.url, PG_URL: schemas.full!.url }),
-  };
-  loadGenerator = startLoad(CONNECTIONS, cleanups);
-  pin(loadGenerator.pid, OTHER_CPUS);
-  for (const r of [redisMain, redisEmpty, redisFull]) pin(r.pid, OTHER_CPUS);
-
-  // A B A B: every variant runs right after its baseline, and the baseline runs again after it.
-  const main = { admin: admins.get(redisMain)!, pid: redisMain.pid };
-  // Three references: round-trips, the baseline handler plus two more Redis round trips, the
-  // floor of any Redis store that needs two (claim, completion); redis-plain, this library on
-  // the plain SET commands the peers send instead of the store's fenced scripts (what the
-  // guarantees cost); no-io, the same result made without any I/O, as a replay from the memory store is.
-  const plan: { name: string; server: string; baseline: string; keys: 'fresh' | 'replay' }[] = [
-    { name: 'floor-2-redis-round-trips', server: 'round-trips', baseline: 'baseline', keys: 'fresh' },
-    { name: 'floor-redis-plain-commands', server: 'redis-plain', baseline: 'baseline', keys: 'fresh' },
-    { name: 'floor-no-io-handler', server: 'no-io', baseline: 'baseline', keys: 'fresh' },
-  ];
-  for (const [name, server, baseline] of [
-    ['memory', 'memory', 'baseline'],
-    ['redis', 'redis', 'baseline'],
-    ['redis-autopipelining', 'redis-autopipelining', 'baseline-autopipelining'],
-    ['postgres', 'postgres', 'baseline'],
-    ['node-idempotency', 'node-idempotency', 'baseline'],
-    ['powertools', 'powertools', 'baseline'],
-    ['express-idempotency', 'express-idempotency', 'express-baseline'],
-  ] as const) {
-    plan.push({ name: `${name}-first`, server, baseline, keys: 'fresh' });
-    plan.push({ name: `${name}-replay`, server, baseline, keys: 'replay' });
-  }
-
-  log(`warm-up: ${WARMUP_REQUESTS} requests per server and kind of request`);
-  const modesOf = new Map<string, Set<'fresh' | 'replay'>>();
-  const addMode = (server: string, mode: 'fresh' | 'replay') =>
-    modesOf.set(server, (modesOf.get(server) ?? new Set()).add(mode));
-  for (const step of plan) {
-    addMode(step.baseline, 'fresh');
-    addMode(step.server, step.keys);
-  }
-  for (const [server, modes] of modesOf) await warmUp(server, servers[server]!, modes);
-  for (const [name, server] of Object.entries(growth)) await warmUp(name, server, ['fresh']);
-
-  const runs: Run[] = [];
-  const pairs: { name: string; round: number; variant: Run; before: Run; after: Run }[] = [];
-  const baselineRun = async (baseline: string, round: number) => {
-    const run = await measureRun(baseline, round, servers[baseline]!, { mode: 'fresh' }, main);
-    runs.push(run);
-    return run;
-  };
-  for (let round = 1; round <= ROUNDS; round++) {
-    log(`round ${round} of ${ROUNDS}`);
-    let before: Run | undefined;
-    for (const step of plan) {
-      if (before?.name !== step.baseline) before = await baselineRun(step.baseline, round);
-      const keys: LoadCommand['keys'] =
-        step.keys === 'fresh'
-          ? { mode: 'fresh' }
-          : { mode: 'replay', prefix: `${step.name}-r${round}`, count: REPLAY_KEYS };
-      const variant = await measureRun(step.name, round, servers[step.server]!, keys, main);
-      runs.push(variant);
-      const after = await baselineRun(step.baseline, round);
-      pairs.push({ name: step.name, round, variant, before, after });
-      before = after;
-    }
-  }
-
-  // Latency at a fixed rate: half of the lower peak of each variant and its baseline, open loop, A B A B as above.
-  const peakOf = (baseline: string) => median(runs.filter((r) => r.name === baseline).map((r) => r.rps));
-  const rateOf = {
-    baseline: Math.round(peakOf('baseline') / 2),
-    'baseline-autopipelining': Math.round(peakOf('baseline-autopipelining') / 2),
-    'express-baseline': Math.round(peakOf('express-baseline') / 2),
-  };
-  log(`latency at a fixed rate: ${rateOf.baseline} req/s (tRPC), ${rateOf['express-baseline']} req/s (Express)`);
-  type PacedResult = LoadResult & { server_cpu_us_per_req: number };
-  const paced: { name: string; round: number; variant: PacedResult; before: PacedResult; after: PacedResult }[] = [];
-  // The server's CPU per request too: at a rate both sides sustain, it is what a request costs, free of
-  // what saturating two shared cores does to each side (see the report's method note).
-  const pacedRun = async (name: string, server: Server, keys: LoadCommand['keys'], rate: number) => {
-    await load({ type: 'paced', url: server.url, duration: WARMUP, rate, keys });
-    const cpuBefore = cpuMicros(server.pid);
-    const result = await load({ type: 'paced', url: server.url, duration: PACED_DURATION, rate, keys });
-    const server_cpu_us_per_req = (cpuMicros(server.pid) - cpuBefore) / result.total;
-    log(
-      `${`${name} @${rate}/s`.padEnd(34)} p50 ${(result.p50_ms * 1000).toFixed(0)} µs  p99 ${(result.p99_ms * 1000).toFixed(0)} µs  cpu ${server_cpu_us_per_req.toFixed(0)} µs/req`,
-    );
-    return { ...result, server_cpu_us_per_req };
-  };
-  for (let round = 1; round <= ROUNDS; round++) {
-    let before: { name: string; rate: number; result: PacedResult } | undefined;
-    for (const step of plan) {
-      // Half the peak of the slower of the pair: a rate both sustain, so neither measures its queue.
-      const rate = Math.min(rateOf[step.baseline as keyof typeof rateOf], Math.round(peakOf(step.name) / 2));
-      // The previous pair's last baseline run serves as this pair's first only at the same rate.
-      if (before?.name !== step.baseline || before.rate !== rate) {
-        before = {
-          name: step.baseline,
-          rate,
-          result: await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate),
-        };
-      }
-      const keys: LoadCommand['keys'] =
-        step.keys === 'fresh'
-          ? { mode: 'fresh' }
-          : { mode: 'replay', prefix: `${step.name}-paced-r${round}`, count: REPLAY_KEYS };
-      await primeKeys(step.name, servers[step.server]!, keys);
-      const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
-      const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
-      paced.push({ name: step.name, round, variant, before: before.result, after });
-      before = { name: step.baseline, rate, result: after };
-    }
-  }
-
-  // Where the CPU goes: the baseline and our variants again, each in a fresh server, warmed up, under
-  // perf where it can record (on-CPU time of every thread), else V8's CPU profiler.
-  const profiler: 'perf' | 'v8' = perfWorks() ? 'perf' : 'v8';
-  log(`profiles: ${profiler} on the baseline and on each store path under the same load`);
-  const profileDir = mkdtempSync(join(tmpdir(), 'bench-profiles-'));
-  cleanups.push(() => rmSync(profileDir, { recursive: true, force: true }));
-  const profiles: Record<string, ProfileSummary & { requests: number }> = {};
-  for (const [name, variant, mode] of [
-    ['baseline', 'baseline', 'fresh'],
-    ['memory-first', 'memory', 'fresh'],
-    ['memory-replay', 'memory', 'replay'],
-    ['redis-first', 'redis', 'fresh'],
-    ['redis-replay', 'redis', 'replay'],
-    ['postgres-first', 'postgres', 'fresh'],
-    ['postgres-replay', 'postgres', 'replay'],
-  ] as const) {
-    const file = join(profileDir, `${name}.${profiler === 'perf' ? 'perf.data' : 'cpuprofile'}`);
-    const server =
-      profiler === 'perf'
-        ? await startServer(variant, env, perfNodeFlags(join(profileDir, `${name}.v8.log`)))
-        : await startServer(variant, { ...env, BENCH_PROFILE: file });
-    if (profiler === 'perf') cleanups.push(() => removePerfMap(server.pid));
-    await warmUp(name, server, [mode]);
-    const keys: LoadCommand['keys'] =
-      mode === 'fresh' ? { mode: 'fresh' } : { mode: 'replay', prefix: `${name}-profile`, count: REPLAY_KEYS };
-    await primeKeys(name, server, keys);
-    await load({ type: 'run', url: server.url, duration: WARMUP, keys });
-    // The profile covers the measured window only: perf records from here until stopped; V8's
-    // profiler starts on SIGUSR2 and its profile is written on SIGTERM.
-    const recording = profiler === 'perf' ? recordPerf(server.pid, file) : undefined;
-    if (recording === undefined) server.child.kill('SIGUSR2');
-    // perf needs a moment to start and attach to every thread before it samples.
-    await new Promise((resolve) => setTimeout(resolve, recording === undefined ? 50 : 1_000));
-    const measured = await load({ type: 'run', url: server.url, duration: DURATION, keys });
-    await recording?.stop();
-    const exited = new Promise<number | null>((resolve) => server.child.once('exit', resolve));
-    server.child.kill('SIGTERM');
-    const code = await exited;
-    if (code !== 0) throw new Error(`${name}: the profiled server exited with ${code} (its stderr says why)`);
-    // perf names JIT code from the server's map file, which outlives the server (removed at cleanup).
-    const requests = measured.total;
-    const summary =
-      recording === undefined ? summariseProfile(file, requests) : summarisePerf(file, server.pid, requests);
-    profiles[name] = { ...summary, requests };
-  }
-
-  // Growth: 1,000,000 live records against an empty store, alternating.
-  log(`growth: storing ${RECORDS} live records in Redis and in PostgreSQL`);
-  await fillRedis(admins.get(redisFull)!, RECORDS);
-  const redisFullKeys = await admins.get(redisFull)!.dbsize();
-  await fillPostgres(schemas.full!.url, RECORDS, false);
-  const growthRuns: Record<string, Run[]> = {
-    'redis-empty': [],
-    'redis-full': [],
-    'postgres-empty': [],
-    'postgres-full': [],
-  };
-  for (let round = 1; round <= ROUNDS; round++) {
-    for (const store of ['redis', 'postgres'] as const) {
-      for (const state of ['empty', 'full'] as const) {
-        const name = `${store}-${state}` as const;
-        const redis = state === 'empty' ? redisEmpty : redisFull; // the server's INCR (and Redis store) goes there
-        growthRuns[name]!.push(
-          await measureRun(
-            `${name} (growth)`,
-            round,
-            growth[name],
-            { mode: 'fresh' },
-            { admin: admins.get(redis)!, pid: redis.pid },
-          ),
-        );
-      }
-    }
-  }
-
-  log(`purge: ${RECORDS} expired rows, purgeExpired() in batches of 1,000`);
-  await fillPostgres(schemas.purge!.url, RECORDS, true);
-  const purge = execJson(['--import', 'tsx', here('./purge.ts'), schemas.purge!.url]) as {
-    deleted: number;
-    seconds: number;
-    batch_size: number;
-  };
-
-  log('in-process overhead per call (mitata, memory store)');
-  const overhead = execJson(['--import', 'tsx', here('./overhead.ts'), '4']) as {
-    baseline_us: number;
-    idempotent_us: number;
-    overhead_us_per_call: number;
-    fingerprint_us: number;
-    minimal_overhead_us_per_call: number;
-  };
-
-  log('fingerprint cost over the parse of its body, per shape (in process)');
-  const fingerprintCost = execJson(['--import', 'tsx', here('./fingerprint.ts'), '7']) as FingerprintCost;
-
-  const peerBytes = await peerRecordBytes(admins.get(redisMain)!);
-  const loadAfter = loadAverage();
-  await cleanup();
-
-  // ------------------------------------------------------------ results
-  const rows = plan.map((step) => {
-    const mine = pairs.filter((p) => p.name === step.name);
-    const ratios = mine.map((p) => p.variant.rps / ((p.before.rps + p.after.rps) / 2));
-    const baselines = mine.map((p) => (p.before.rps + p.after.rps) / 2);
-    const base = mine.flatMap((p) => [p.before, p.after]);
-    return {
-      name: step.name,
-      baseline: step.baseline,
-      baseline_rps: Math.round(median(baselines)),
-      rps: Math.round(median(mine.map((p) => p.variant.rps))),
-      ratio: round3(median(ratios)),
-      p50_ms: median(mine.map((p) => p.variant.p50_ms)),
-      p99_ms: median(mine.map((p) => p.variant.p99_ms)),
-      baseline_p50_ms: median(base.map((r) => r.p50_ms)),
-      baseline_p99_ms: median(base.map((r) => r.p99_ms)),
-      ratios: ratios.map(round3),
-      server_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.server_cpu_us_per_req))),
-      baseline_server_cpu_us_per_req: Math.round(median(base.map((r) => r.server_cpu_us_per_req))),
-      redis_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.redis_cpu_us_per_req))),
-      baseline_redis_cpu_us_per_req: Math.round(median(base.map((r) => r.redis_cpu_us_per_req))),
-      postgres_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.postgres_cpu_us_per_req))),
-      baseline_postgres_cpu_us_per_req: Math.round(median(base.map((r) => r.postgres_cpu_us_per_req))),
-      load_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.load_cpu_us_per_req))),
-      baseline_load_cpu_us_per_req: Math.round(median(base.map((r) => r.load_cpu_us_per_req))),
-      load_runs_per_req: round2(median(mine.map((p) => p.variant.load_runs_per_req))),
-      baseline_load_runs_per_req: round2(median(base.map((r) => r.load_runs_per_req))),
-      redis_calls_per_req: mine.at(-1)!.variant.redis_calls_per_req,
-      non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
-    };
-  });
-  const latency = plan.map((step) => {
-    const mine = paced.filter((p) => p.name === step.name);
-    const us = (ms: number) => Math.round(ms * 1000);
-    const base50 = median(mine.map((p) => (p.before.p50_ms + p.after.p50_ms) / 2));
-    const base99 = median(mine.map((p) => (p.before.p99_ms + p.after.p99_ms) / 2));
-    return {
-      name: step.name,
-      rate: Math.min(rateOf[step.baseline as keyof typeof rateOf], Math.round(peakOf(step.name) / 2)),
-      p50_us: us(median(mine.map((p) => p.variant.p50_ms))),
-      p99_us: us(median(mine.map((p) => p.variant.p99_ms))),
-      baseline_p50_us: us(base50),
-      baseline_p99_us: us(base99),
-      added_p50_us: us(median(mine.map((p) => p.variant.p50_ms - (p.before.p50_ms + p.after.p50_ms) / 2))),
-      added_p99_us: us(median(mine.map((p) => p.variant.p99_ms - (p.before.p99_ms + p.after.p99_ms) / 2))),
-      server_cpu_us_per_req: Math.round(median(mine.map((p) => p.variant.server_cpu_us_per_req))),
-      baseline_server_cpu_us_per_req: Math.round(
-        median(mine.map((p) => (p.before.server_cpu_us_per_req + p.after.server_cpu_us_per_req) / 2)),
-      ),
-      // The baselines' CPU per request over the variant's, per round: a throughput ratio's counterpart at equal load.
-      cost_ratio: round3(
-        median(
-          mine.map(
-            (p) =>
-              (p.before.server_cpu_us_per_req + p.after.server_cpu_us_per_req) / 2 / p.variant.server_cpu_us_per_req,
-          ),
-        ),
-      ),
-      non2xx: mine.reduce((n, p) => n + p.variant.non2xx + p.variant.errors, 0),
-    };
-  });
-  const growthOf = (store: 'redis' | 'postgres') => {
-    const empty = growthRuns[`${store}-empty`]!;
-    const full = growthRuns[`${store}-full`]!;
-    return {
-      records: RECORDS,
-      empty_rps: Math.round(median(empty.map((r) => r.rps))),
-      full_rps: Math.round(median(full.map((r) => r.rps))),
-      ratio: round3(median(full.map((r, i) => r.rps / empty[i]!.rps))),
-      empty_p99_ms: median(empty.map((r) => r.p99_ms)),
-      full_p99_ms: median(full.map((r) => r.p99_ms)),
-    };
-  };
-  const results = {
-    machine: machine(),
-    date: new Date().toISOString(),
-    commit: commitOf(),
-    previous,
-    settings: {
-      rounds: ROUNDS,
-      duration_s: DURATION,
-      warmup_s: WARMUP,
-      warmup_requests: WARMUP_REQUESTS,
-      profiler,
-      connections: CONNECTIONS,
-      replay_keys: REPLAY_KEYS,
-      servers: 'built dist/ (npm run build), node --import tsx bench/server.ts',
-      load: 'autocannon 9 in a separate process, loopback',
-      pinned: PIN
-        ? `the server under test on CPU 0; the load generator and the bench's Redis servers on CPUs ${OTHER_CPUS}; PostgreSQL unpinned`
-        : 'no (BENCH_PIN=1 pins them)',
-    },
-    load_average: {
-      before: loadBefore,
-      after: loadAfter,
-      ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }),
-    },
-    rows,
-    store_ops: {
-      redis_first: redisOps.first,
-      redis_replay: redisOps.replay,
-      redis_reject: redisOps.reject,
-      redis_wait: redisOps.wait,
-      redis_wait_ms: redisOps.wait_ms,
-      pg_first: pgOps.first,
-      pg_replay: pgOps.replay,
-      pg_reject: pgOps.reject,
-      redis_in_scripts: {
-        first: redisOps.first_in_scripts,
-        replay: redisOps.replay_in_scripts,
-        reject: redisOps.reject_in_scripts,
-        wait: redisOps.wait_in_scripts,
-      },
-    },
-    redis_bytes_per_record: redisOps.memory_usage_bytes,
-    redis_used_memory_per_record: redisOps.used_memory_bytes_per_record,
-    record_body_bytes: redisOps.body_bytes,
-    peer_redis_bytes_per_record: peerBytes,
-    latency,
-    profiles,
-    overhead_us_per_call: round2(overhead.overhead_us_per_call),
-    overhead: overhead,
-    fingerprint: fingerprintCost,
-    growth: { redis: { ...growthOf('redis'), keys_in_redis: redisFullKeys }, postgres: growthOf('postgres') },
-    purge: {
-      rows: RECORDS,
-      deleted: purge.deleted,
-      seconds: round2(purge.seconds),
-      batch_size: purge.batch_size,
-      rows_per_second: Math.round(purge.deleted / purge.seconds),
-    },
-    runs,
-    duration_s: Math.round((Date.now() - started) / 1000),
-  };
-  writeFileSync(here('./results.json'), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(here('./RESULTS.md'), renderMarkdown(results));
-  process.stdout.write(`\n${renderTable(results)}\n`);
-  log(`done in ${results.duration_s} s: bench/results.json, bench/RESULTS.md`);
-}
-
-const round3 = (n: number) => Math.round(n * 1000) / 1000;
 
 /** The commit measured, with `+changes` when the working tree differs from it. */
 function commitOf(): string {

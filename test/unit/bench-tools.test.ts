@@ -1,7 +1,7 @@
 /**
  * The bench's own parts that a run's figures depend on, where a mistake would not show as a failure:
- * the reading of perf's samples, what the report carries from one record to the next, and what
- * Ctrl-C leaves behind.
+ * the reading of perf's samples, the ratios and medians of a run's rows, what the report carries from
+ * one record to the next, and what Ctrl-C leaves behind.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -9,8 +9,25 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import {
+  fixedRateRow,
+  growthRow,
+  type PacedRun,
+  type Pair,
+  type Row,
+  type Run,
+  type Step,
+  saturationRow,
+} from '../../bench/lib/aggregate.js';
 import { summarisePerfScript } from '../../bench/lib/perf.js';
-import { type FingerprintCost, fingerprintSection, previousOf } from '../../bench/lib/report.js';
+import {
+  allCpu,
+  type FingerprintCost,
+  fingerprintTable,
+  previousOf,
+  type Results,
+  renderMarkdown,
+} from '../../bench/lib/report.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -64,31 +81,129 @@ describe('summarisePerfScript (perf script -F tid,ip,sym)', () => {
   });
 });
 
-describe('previousOf (the last record, for the next one to compare with)', () => {
-  const summary = (fields: object) =>
-    `<!-- bench-summary ${JSON.stringify({ date: '2026-12-01T10:59:34.973Z', commit: 'cbf7f51', ratios: { 'redis-first': 0.889 }, overhead_us_per_call: 6.09, ...fields })} -->`;
+/** One saturation run of `name` at `rps`, `cpu` µs of server CPU per request. */
+const run = (name: string, round: number, rps: number, cpu: number, fields: Partial<Run> = {}): Run => ({
+  name,
+  round,
+  rps,
+  p50_ms: 6,
+  p99_ms: 18,
+  non2xx: 0,
+  errors: 0,
+  server_cpu_us_per_req: cpu,
+  redis_cpu_us_per_req: 16,
+  postgres_cpu_us_per_req: 0,
+  load_cpu_us_per_req: 30,
+  load_runs_per_req: 0.1,
+  redis_calls_per_req: { incr: 1 },
+  ...fields,
+});
 
-  it("reads the baseline's range from the summary", () => {
-    const previous = previousOf(`# Benchmark results\n\n${summary({ baseline_rps_range: [3298, 4325] })}\n`);
-    expect(previous?.baseline_rps_range).toEqual([3298, 4325]);
-    expect(previous?.ratios).toEqual({ 'redis-first': 0.889 });
+describe('saturationRow (a variant against the baseline runs either side of it)', () => {
+  const step: Step = { name: 'redis-first', server: 'redis', baseline: 'baseline', keys: 'fresh' };
+  // Round 1: 3,600 between 4,000 and 4,200 (0.878); round 2: 3,000 between 3,000 and 3,400 (0.9375);
+  // round 3: 4,000 between 4,000 and 4,000 (1).
+  const pairs: Pair<Run>[] = [
+    [1, 4000, 3600, 4200],
+    [2, 3000, 3000, 3400],
+    [3, 4000, 4000, 4000],
+  ].map(([round, before, variant, after]) => ({
+    name: 'redis-first',
+    round: round!,
+    before: run('baseline', round!, before!, 260),
+    variant: run('redis-first', round!, variant!, 300 + round!, { non2xx: round === 2 ? 3 : 0, errors: 1 }),
+    after: run('baseline', round!, after!, 270),
+  }));
+  // Another variant's pair in the same rounds must not count.
+  const other = { ...pairs[0]!, name: 'memory-first', variant: run('memory-first', 1, 100, 900) };
+
+  it("gives each round's ratio over the mean of its two baseline runs, and their median", () => {
+    const row = saturationRow(step, [other, ...pairs]);
+    expect(row.ratios).toEqual([0.878, 0.938, 1]);
+    expect(row.ratio).toBe(0.938);
+    expect(row.rps).toBe(3600);
+    expect(row.baseline_rps).toBe(4000);
   });
 
-  it('reads it from the Steadiness line of a record whose summary does not give it', () => {
-    const markdown = [
-      '# Benchmark results',
-      '',
-      "**Steadiness.** The bare tRPC baseline's 42 saturation runs served 2,327-4,443 req/s, at 244-514 µs of server CPU per",
-      "request: the same work, so the spread is the host's.",
-      '',
-      summary({}),
-    ].join('\n');
-    expect(previousOf(markdown)?.baseline_rps_range).toEqual([2327, 4443]);
-    expect(previousOf(`# Benchmark results\n\n${summary({})}\n`)?.baseline_rps_range).toBeUndefined();
+  it('takes the medians of the variant and of both baselines around it, and counts every failed request', () => {
+    const row = saturationRow(step, pairs);
+    expect(row.server_cpu_us_per_req).toBe(302);
+    expect(row.baseline_server_cpu_us_per_req).toBe(265);
+    expect(row.non2xx).toBe(6);
+    expect(allCpu(row)).toEqual({ variant: 302 + 30 + 16, baseline: 265 + 30 + 16 });
   });
 });
 
-describe('fingerprintSection (the fingerprint against its parse, in RESULTS.md)', () => {
+describe('fixedRateRow and growthRow', () => {
+  const paced = (p50_ms: number, cpu: number) =>
+    ({ p50_ms, p99_ms: p50_ms * 10, server_cpu_us_per_req: cpu, non2xx: 0, errors: 0 }) as PacedRun;
+  const step: Step = { name: 'memory-replay', server: 'memory', baseline: 'baseline', keys: 'replay' };
+
+  it('adds the variant minus the mean of its baselines, and gives their CPU over its own', () => {
+    const row = fixedRateRow(
+      step,
+      [
+        { name: 'memory-replay', round: 1, before: paced(1, 360), variant: paced(0.7, 340), after: paced(0.9, 362) },
+        { name: 'memory-replay', round: 2, before: paced(1, 350), variant: paced(0.8, 350), after: paced(1, 350) },
+      ],
+      1_800,
+    );
+    expect(row).toMatchObject({ rate: 1_800, p50_us: 750, baseline_p50_us: 975, added_p50_us: -225 });
+    expect(row.server_cpu_us_per_req).toBe(345);
+    expect(row.cost_ratio).toBe(1.031);
+  });
+
+  it("gives the ratio of each round's full store over its empty one", () => {
+    const r = (rps: number) => ({ rps, p99_ms: 20 }) as Run;
+    expect(growthRow([r(4000), r(3000), r(2000)], [r(4000), r(3300), r(1000)], 1_000_000)).toMatchObject({
+      empty_rps: 3000,
+      full_rps: 3300,
+      ratio: 1,
+    });
+  });
+});
+
+describe('previousOf and summaryOf (what one record carries to the next)', () => {
+  // The summary line of the record committed on 2026-12-01, as the report wrote it then.
+  const committed =
+    '<!-- bench-summary {"date":"2026-12-01T10:59:34.973Z","commit":"cbf7f51","machine":"AMD EPYC, 2 cores","baseline_rps":3994,"baseline_rps_range":[3298,4325],"ratios":{"redis-first":0.889,"postgres-replay":0.71},"overhead_us_per_call":6.09} -->';
+
+  it('reads the summary of a committed record', () => {
+    const previous = previousOf(`# Benchmark results\n\n...\n\n${committed}\n`);
+    expect(previous).toMatchObject({
+      commit: 'cbf7f51',
+      machine: 'AMD EPYC, 2 cores',
+      baseline_rps: 3994,
+      baseline_rps_range: [3298, 4325],
+      ratios: { 'redis-first': 0.889, 'postgres-replay': 0.71 },
+      overhead_us_per_call: 6.09,
+    });
+    expect(previousOf('# Benchmark results\n')).toBeUndefined();
+  });
+
+  it('writes a summary the next run reads back: ratios, the baseline median and the range of its runs', () => {
+    const results = resultsOf();
+    const markdown = renderMarkdown(results);
+    expect(previousOf(markdown)).toEqual({
+      date: results.date,
+      commit: 'abc1234',
+      machine: 'AMD EPYC, 2 cores',
+      baseline_rps: 4100,
+      baseline_rps_range: [3900, 4300],
+      ratios: { 'redis-first': 0.9, 'postgres-first': 0.4, 'express-idempotency-first': 0.8 },
+      overhead_us_per_call: 6.1,
+    });
+    // The previous record's ratio beside this one's.
+    expect(markdown).toContain('| ratio, redis-first | 0.89 | 0.90 |');
+    expect(markdown).toContain('| ratio, postgres-first |  | 0.40 |');
+  });
+
+  it('states no target in the report', () => {
+    expect(renderMarkdown(resultsOf())).not.toMatch(/target|not met|≤|≥/i);
+  });
+});
+
+describe('fingerprintTable (the fingerprint against its parse, in RESULTS.md)', () => {
   const row = { transport: 'superjson' as const, body_bytes: 1_011_439, copies: 5, ratios: [1.8, 2.1, 2.0] };
   const cost: FingerprintCost = {
     rounds: 3,
@@ -100,16 +215,10 @@ describe('fingerprintSection (the fingerprint against its parse, in RESULTS.md)'
     ],
   };
 
-  it('says a record made before it has none, rather than failing', () => {
-    expect(fingerprintSection(undefined)).toMatch(/^## Fingerprint cost .*\n\nNot measured in this run\.$/);
-  });
-
-  it('gives each shape its ratio, whether it meets the target, and marks a refusal', () => {
-    const lines = fingerprintSection(cost).split('\n');
-    expect(lines).toContain(
-      '| 500 nested Sets, 1 MB | superjson | 1,011,439 | 2,728 | 5,454 | **2.00** (1.80-2.10) | yes |',
-    );
-    expect(lines).toContain('| DAG | superjson | 1,011,439 | 11.3 | 268.4 | **22.37** | **no** |');
+  it('gives each shape its ratio and the range of its rounds, and marks a refusal', () => {
+    const lines = fingerprintTable(cost).split('\n');
+    expect(lines).toContain('| 500 nested Sets, 1 MB | superjson | 1,011,439 | 2,728 | 5,454 | **2.00** (1.80-2.10) |');
+    expect(lines).toContain('| DAG | superjson | 1,011,439 | 11.3 | 268.4 | **22.37** |');
     expect(lines.find((l) => l.startsWith('| attack |'))).toContain('30.8 (refusal)');
   });
 });
@@ -143,3 +252,97 @@ describe('exitOnInterrupt (Ctrl-C in npm run bench)', () => {
     }
   });
 });
+
+/** A run's results with three rows, the tRPC baseline's runs at 3,900 to 4,300 req/s. */
+function resultsOf(): Results {
+  const row = (name: string, baseline: string, baseline_rps: number, ratio: number): Row => ({
+    name,
+    baseline,
+    baseline_rps,
+    rps: Math.round(baseline_rps * ratio),
+    ratio,
+    ratios: [ratio],
+    p50_ms: 7,
+    p99_ms: 20,
+    baseline_p50_ms: 6,
+    baseline_p99_ms: 18,
+    server_cpu_us_per_req: 300,
+    baseline_server_cpu_us_per_req: 260,
+    redis_cpu_us_per_req: 29,
+    baseline_redis_cpu_us_per_req: 16,
+    postgres_cpu_us_per_req: 0,
+    baseline_postgres_cpu_us_per_req: 0,
+    load_cpu_us_per_req: 34,
+    baseline_load_cpu_us_per_req: 31,
+    load_runs_per_req: 0.14,
+    baseline_load_runs_per_req: 0.1,
+    redis_calls_per_req: { evalsha: 2, hset: 2, incr: 1 },
+    non2xx: 0,
+  });
+  const growth = { records: 1_000, empty_rps: 3_900, full_rps: 4_000, ratio: 1.03, empty_p99_ms: 21, full_p99_ms: 21 };
+  return {
+    machine: { cpu: 'AMD EPYC', cores: 2, memory_gib: 24, os: 'Linux', node: 'v20', redis: '7', postgresql: '15' },
+    date: '2026-12-02T03:00:00.000Z',
+    commit: 'abc1234',
+    previous: {
+      date: '2026-12-01T10:59:34.973Z',
+      commit: 'cbf7f51',
+      machine: 'AMD EPYC, 2 cores',
+      baseline_rps: 3994,
+      baseline_rps_range: [3298, 4325],
+      ratios: { 'redis-first': 0.889 },
+      overhead_us_per_call: 6.09,
+    },
+    settings: {
+      rounds: 1,
+      duration_s: 3,
+      warmup_s: 0.5,
+      warmup_requests: 10_000,
+      profiler: 'perf',
+      connections: 32,
+      replay_keys: 1_000,
+      pinned: 'no',
+    },
+    load_average: { before: [0.5, 0.4, 0.3], after: [2, 1.5, 1] },
+    rows: [
+      row('redis-first', 'baseline', 4_100, 0.9),
+      row('postgres-first', 'baseline', 4_000, 0.4),
+      row('express-idempotency-first', 'express-baseline', 7_500, 0.8),
+    ],
+    store_cost: {
+      redis: {
+        first: 2,
+        replay: 1,
+        reject: 1,
+        wait: 3,
+        wait_ms: 50,
+        first_in_scripts: { hset: 2 },
+        replay_in_scripts: { hmget: 1 },
+        reject_in_scripts: { hmget: 1 },
+        wait_in_scripts: { hmget: 2 },
+        memory_usage_bytes: 632,
+        used_memory_bytes_per_record: 737,
+        body_bytes: 210,
+      },
+      postgres: { first: 2, replay: 1, reject: 1 },
+    },
+    peer_redis_bytes_per_record: { 'trpc-idempotency': 631 },
+    latency: [],
+    profiles: {
+      baseline: { requests: 10_000, busy_us_per_req: 297.7, owners: { Node: 128.5 }, top: [] },
+    },
+    overhead_us_per_call: 6.1,
+    overhead: {
+      baseline_us: 8,
+      idempotent_us: 14.1,
+      fingerprint_us: 0.76,
+      replay_overhead_us_per_call: 3,
+      minimal_overhead_us_per_call: 2,
+    },
+    fingerprint: { rounds: 1, batch_ms: 25, rows: [] },
+    growth: { redis: { ...growth, keys_in_redis: 1_000 }, postgres: growth },
+    purge: { rows: 1_000, deleted: 1_000, seconds: 0.1, batch_size: 1_000, rows_per_second: 10_000 },
+    runs: [4_300, 3_900, 4_000].map((rps, i) => run('baseline', i + 1, rps, 260)),
+    duration_s: 60,
+  };
+}
