@@ -15,6 +15,7 @@
  * before the first round), DATABASE_URL.
  */
 import { resolve as resolvePath } from 'node:path';
+import { median } from './lib/aggregate.js';
 import {
   type Cleanups,
   exitOnInterrupt,
@@ -67,11 +68,6 @@ async function measure(name: string, server: Server, keys: LoadCommand['keys']):
   };
 }
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 const spread = (xs: number[], digits = 0) =>
   `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}-${Math.max(...xs).toFixed(digits)})`;
 

@@ -25,6 +25,7 @@ import { pathToFileURL } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { createIdempotencyEngine, type IdempotencyEngine } from '../dist/index.js';
+import { median } from './lib/aggregate.js';
 import { cpuMicros, createSchema } from './lib/services.js';
 import { RESULT } from './lib/store-cost.js';
 
@@ -190,12 +191,6 @@ function printTopFrames(title: string, profile: CpuProfile): void {
     console.log(`${perOp(us)}  ${share(us)}  ${key}`);
   }
 }
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 async function main() {
   const libs = (process.env.LIBS ?? 'dist=dist').split(',').map((entry) => {
