@@ -1,6 +1,4 @@
-import { AsyncResource } from 'node:async_hooks';
 import type { Cluster, Redis } from 'ioredis';
-import { storeFailure } from '../core/errors.js';
 import { configError, describeValue } from '../core/options.js';
 import type {
   ClaimInput,
@@ -14,7 +12,9 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
-import { CLAIM, COMPLETE, EXTEND, RELEASE, type RedisScript, SAVE_STEP } from './redis-scripts.js';
+import { settledNotifications } from './redis-notifications.js';
+import { type ScriptKeys, scriptRunner } from './redis-script-runner.js';
+import { CLAIM, COMPLETE, EXTEND, RELEASE, SAVE_STEP } from './redis-scripts.js';
 
 export interface RedisStoreOptions {
   /**
@@ -63,45 +63,6 @@ function parseSteps(flat: unknown): RecordedSteps {
 }
 
 /**
- * Error replies that mean the server cannot serve now rather than a fault of
- * the command: loading its data, a cluster or replica not ready, a script
- * still running, a replica promoted or demoted.
- */
-const OUTAGE_REPLIES = /^(LOADING|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|READONLY|NOREPLICAS)\b/;
-
-const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
-
-/**
- * The scope the batched scripts are sent from. A callback runs in the async
- * context it was scheduled in: scheduled by the first request of a turn, the
- * write (and a tracer's span for it) would belong to that request, though it
- * carries the scripts of every request of the turn. So it is sent from no
- * request's context, as the claim renewals run (core/timing.ts).
- */
-const detached = new AsyncResource('trpc-idempotency.RedisScriptBatch');
-
-type ScriptKeys = [number, ...string[]];
-type ScriptArgs = (string | number)[];
-
-interface QueuedScript {
-  script: RedisScript;
-  keys: ScriptKeys;
-  args: ScriptArgs;
-  resolve(reply: unknown): void;
-  reject(error: unknown): void;
-}
-
-/**
- * ioredis rejects with a `ReplyError` when Redis answered with an error, and
- * with other errors (connection closed, retries exhausted, every cluster node
- * failed) when it could not get an answer: those are outages.
- */
-function asStoreFailure(error: unknown): unknown {
-  const reply = error instanceof Error && error.name === 'ReplyError';
-  return !reply || OUTAGE_REPLIES.test((error as Error).message) ? storeFailure('unavailable', error) : error;
-}
-
-/**
  * A store on Redis. Each transition is one Lua script sent as EVALSHA (EVAL
  * once after a NOSCRIPT): a first execution costs 2 commands (claim,
  * complete), a replay 1 and an in-flight rejection 1, plus a renewal every
@@ -127,103 +88,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const keyOf = (id: string) => `${prefix}{${id}}`;
   const stepsKeyOf = (key: string) => `${key}:steps`;
 
-  /** Sends a script as EVALSHA, and its source once if Redis lacks it (its cache is empty after a restart or failover). */
-  async function evaluate(s: RedisScript, keys: ScriptKeys, args: ScriptArgs): Promise<unknown> {
-    try {
-      return await client.evalsha(s.sha, ...keys, ...args);
-    } catch (error) {
-      if (isNoScript(error)) return await client.eval(s.source, ...keys, ...args);
-      throw error;
-    }
-  }
-
-  // The scripts called in one turn of the event loop (every request whose
-  // claim or completion became due in it), sent in one write. Redis answers
-  // them in order; each call still gets its own reply or error. A Cluster
-  // pipeline must stay in one slot and records spread over slots, so on a
-  // Cluster each script is sent on its own.
-  const batching = (client as Cluster).isCluster !== true;
-  let queued: QueuedScript[] = [];
-
-  function flush() {
-    const calls = queued;
-    queued = [];
-    if (calls.length === 1) {
-      const call = calls[0]!;
-      evaluate(call.script, call.keys, call.args).then(call.resolve, call.reject);
-      return;
-    }
-    let sent: ReturnType<ReturnType<typeof client.pipeline>['exec']>;
-    try {
-      const pipeline = client.pipeline();
-      for (const call of calls) pipeline.evalsha(call.script.sha, ...call.keys, ...call.args);
-      sent = pipeline.exec();
-    } catch (error) {
-      for (const call of calls) call.reject(error);
-      return;
-    }
-    sent.then(
-      (replies) => {
-        for (let i = 0; i < calls.length; i++) {
-          const call = calls[i]!;
-          const reply = replies?.[i];
-          if (reply === undefined) call.reject(new Error('redisStore: Redis returned no reply to a pipelined script.'));
-          else if (reply[0] === null) call.resolve(reply[1]);
-          else if (isNoScript(reply[0])) evaluate(call.script, call.keys, call.args).then(call.resolve, call.reject);
-          else call.reject(reply[0]);
-        }
-      },
-      (error: unknown) => {
-        for (const call of calls) call.reject(error);
-      },
-    );
-  }
-
-  /** Runs a script on one key, or on a record key and its steps key (`key2`: same hash tag, same slot). */
-  async function run(s: RedisScript, key: string, args: ScriptArgs, key2?: string): Promise<unknown> {
-    const keys: ScriptKeys = key2 === undefined ? [1, key] : [2, key, key2];
-    try {
-      if (!batching) return await evaluate(s, keys, args);
-      return await new Promise((resolve, reject) => {
-        if (queued.push({ script: s, keys, args, resolve, reject }) === 1) {
-          detached.runInAsyncScope(setImmediate, undefined, flush);
-        }
-      });
-    } catch (error) {
-      throw asStoreFailure(error);
-    }
-  }
-
-  // initialized on first wait: one subscriber connection, one channel, and
-  // the waiters of each record key.
-  let subscriber: Redis | Cluster | undefined;
-  let subscribed: Promise<void> | undefined;
-  const waiters = new Map<string, Set<() => void>>();
-
-  function subscribe(): Promise<void> {
-    if (subscribed !== undefined) return subscribed;
-    let sub = subscriber;
-    if (sub === undefined) {
-      // A subscribed connection can run nothing else: the store opens its own.
-      sub = subscriber = (client.duplicate as (this: Redis | Cluster) => Redis | Cluster).call(client);
-      sub.on('error', () => {
-        // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
-      });
-      sub.on('message', (_channel: string, key: string) => {
-        const set = waiters.get(key);
-        if (set !== undefined) for (const listener of set) listener();
-      });
-    }
-    const pending = sub.subscribe(channel).then(
-      () => undefined,
-      (error: unknown) => {
-        subscribed = undefined;
-        throw error;
-      },
-    );
-    subscribed = pending;
-    return pending;
-  }
+  const run = scriptRunner(client);
+  const notifications = settledNotifications(client, channel);
+  /** A script on a record key, and its steps key if given. */
+  const onKeys = (key: string, key2?: string): ScriptKeys => (key2 === undefined ? [1, key] : [2, key, key2]);
 
   return {
     name: 'redis',
@@ -238,7 +106,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         deadline === undefined ? '' : Math.floor(deadline),
       ];
       const key = keyOf(id);
-      const reply = (await run(CLAIM, key, args, stepsKeyOf(key))) as [string, string | number, unknown?];
+      const reply = (await run(CLAIM, onKeys(key, stepsKeyOf(key)), args)) as [string, string | number, unknown?];
       const state = reply[0];
       if (state === 'a') {
         return reply.length > 2
@@ -256,12 +124,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
-      const reply = await run(
-        COMPLETE,
+      const reply = await run(COMPLETE, onKeys(key, clearSteps === true ? stepsKeyOf(key) : undefined), [
+        token,
+        state === 'completed' ? 'c' : 'f',
+        body,
+        Math.ceil(ttl),
+        channel,
+        fingerprint,
         key,
-        [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key],
-        clearSteps === true ? stepsKeyOf(key) : undefined,
-      );
+      ]);
       const result = COMPLETED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
       return result;
@@ -269,7 +140,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
       const key = keyOf(id);
-      const reply = await run(SAVE_STEP, key, [token, fingerprint, index, name, body, Math.ceil(ttl)], stepsKeyOf(key));
+      const reply = await run(SAVE_STEP, onKeys(key, stepsKeyOf(key)), [
+        token,
+        fingerprint,
+        index,
+        name,
+        body,
+        Math.ceil(ttl),
+      ]);
       const result = SAVED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a step.`);
       return result;
@@ -277,30 +155,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async release({ id, token }: FencedInput): Promise<boolean> {
       const key = keyOf(id);
-      return (await run(RELEASE, key, [token, channel, key])) === 1;
+      return (await run(RELEASE, onKeys(key), [token, channel, key])) === 1;
     },
 
     async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
-      return (await run(EXTEND, keyOf(id), [token, Math.ceil(lockTtl)])) === 1;
+      return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl)])) === 1;
     },
 
-    async onSettled(id: string, listener: () => void) {
-      await subscribe();
-      const key = keyOf(id);
-      let set = waiters.get(key);
-      if (set === undefined) waiters.set(key, (set = new Set()));
-      set.add(listener);
-      return () => {
-        set.delete(listener);
-        if (set.size === 0 && waiters.get(key) === set) waiters.delete(key);
-      };
-    },
+    onSettled: (id: string, listener: () => void) => notifications.listen(keyOf(id), listener),
 
-    async close() {
-      const sub = subscriber;
-      subscriber = undefined;
-      subscribed = undefined;
-      if (sub !== undefined) await sub.quit().catch(() => sub.disconnect());
-    },
+    close: () => notifications.close(),
   };
 }
