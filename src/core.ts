@@ -21,7 +21,8 @@ export { fingerprint } from './core/fingerprint.js';
 export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
 export { DEFAULT_POLICY } from './core/policy.js';
-export { deriveStepKey, type IdempotencySteps } from './core/steps.js';
+export { deriveStepKey } from './core/step-key.js';
+export type { IdempotencySteps } from './core/steps.js';
 export type {
   ClaimAnswer,
   ClaimInput,

@@ -3,7 +3,8 @@ import type { Attempt } from './attempt.js';
 import { IdempotencyError } from './errors.js';
 import type { EngineRuntime } from './runtime.js';
 import { signalGetter } from './signal-getter.js';
-import { type IdempotencySteps, StepLog, stepKeyOf } from './steps.js';
+import { stepKeyOf } from './step-key.js';
+import { type IdempotencySteps, StepLog } from './steps.js';
 import type { RecordedStep } from './store.js';
 
 /** What a protected operation can reach from anywhere in its run. */

@@ -1,10 +1,9 @@
-import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import { IdempotencyError, inProgressError, retryable } from './errors.js';
-import { hasLoneSurrogate } from './key.js';
 import { describeValue } from './options.js';
 import type { EngineRuntime } from './runtime.js';
+import { checkStepName, deriveStepKey, stepKeyOf, stepMisuse } from './step-key.js';
 import type { RecordedStep, SaveStepResult } from './store.js';
 
 /**
@@ -38,27 +37,6 @@ export interface IdempotencySteps {
   stepKey(name: string): string;
 }
 
-/** The key a step's downstream call sends: a name-based UUID (version 8, RFC 9562) over SHA-256. */
-export function deriveStepKey(id: string, name: string): string {
-  const hash = createHash('sha256').update(`trpc-idempotency:step\u0000${id}\u0000${name}`).digest();
-  hash[6] = (hash[6]! & 0x0f) | 0x80; // version 8
-  hash[8] = (hash[8]! & 0x3f) | 0x80; // variant 10
-  const hex = hash.toString('hex', 0, 16);
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
-}
-
-export function checkStepName(name: unknown): asserts name is string {
-  if (typeof name !== 'string' || name === '') {
-    throw misuse(`A step needs a name, a non-empty string (such as 'charge'); got ${describeValue(name)}.`);
-  }
-  // Hashed as UTF-8, a lone surrogate becomes U+FFFD: two such names would derive one downstream key.
-  if (hasLoneSurrogate(name)) {
-    throw misuse(
-      `The step name ${describeValue(name)} is not well-formed Unicode (it holds a lone surrogate). Name the step in plain text.`,
-    );
-  }
-}
-
 /**
  * The `step` event of a step that finished, timed from `started` (performance.now() time; a resumed
  * step took none). Neither the clock nor the event is touched when nobody listens.
@@ -79,10 +57,6 @@ function reportStep(
     step,
     reason,
   });
-}
-
-function misuse(message: string): IdempotencyError {
-  return new IdempotencyError('step_misuse', message);
 }
 
 const list = (names: readonly string[]) => `[${names.map((n) => JSON.stringify(n)).join(', ')}]`;
@@ -113,18 +87,18 @@ export class StepLog {
   async step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T> {
     checkStepName(name);
     if (typeof fn !== 'function') {
-      throw misuse(
+      throw stepMisuse(
         `step(${JSON.stringify(name)}, fn): fn must be a function that does the step's work; got ${describeValue(fn)}.`,
       );
     }
     if (this.#running !== undefined) {
-      throw misuse(
+      throw stepMisuse(
         `step(${JSON.stringify(name)}) was called while step(${JSON.stringify(this.#running)}) is still running. ` +
           'Steps run one at a time, in order: await each step before starting the next.',
       );
     }
     if (this.#reached.includes(name)) {
-      throw misuse(
+      throw stepMisuse(
         `The step name ${JSON.stringify(name)} is used twice in this operation. Step names must be unique within an operation: name each one after what it does.`,
       );
     }
@@ -164,7 +138,7 @@ export class StepLog {
   finish(): IdempotencyError | undefined {
     if (this.#running !== undefined) {
       return retryable(
-        misuse(
+        stepMisuse(
           `The operation returned while step(${JSON.stringify(this.#running)}) was still running: its result cannot be recorded. ` +
             'Await every step before returning.',
         ),
@@ -247,14 +221,6 @@ export class StepLog {
     );
     return retryable(error);
   }
-}
-
-/** `stepKey` of the record `id`: the name checked, then the key derived. */
-export function stepKeyOf(id: string): IdempotencySteps['stepKey'] {
-  return (name) => {
-    checkStepName(name);
-    return deriveStepKey(id, name);
-  };
 }
 
 /**
