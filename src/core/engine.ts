@@ -4,7 +4,7 @@ import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import { currentRun } from './claimed-run.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
-import { IdempotencyError, inProgressError, isIdempotencyError, storeFailureKind } from './errors.js';
+import { IdempotencyError, inProgressError, isIdempotencyErrorInstance, storeFailureKind } from './errors.js';
 import { hashRecordId, type IdempotencyEvent } from './events.js';
 import { fingerprint } from './fingerprint.js';
 import { type Answer, guardStore } from './guarded-store.js';
@@ -165,7 +165,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
         return { ok: false, error: runError, replayed: false };
       }
     }
-    if (isIdempotencyError(error) && error.reason !== 'store_unavailable') throw error;
+    if (isIdempotencyErrorInstance(error) && error.reason !== 'store_unavailable') throw error;
     throw new IdempotencyError(
       'store_unavailable',
       // Driver messages can name internal hosts: they go to events, not to clients.

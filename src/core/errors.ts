@@ -95,13 +95,13 @@ export class IdempotencyConfigError extends Error {
 }
 
 /** True for any error of this family, from any copy of the package. */
-export function isIdempotencyError(error: unknown): error is IdempotencyError {
+export function isIdempotencyErrorInstance(error: unknown): error is IdempotencyError {
   return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[brand] === true;
 }
 
 /** Finds an idempotency error in `error` or its `cause` chain (a `TRPCError` wraps it as its cause). */
 export function findIdempotencyError(error: unknown): IdempotencyError | undefined {
-  return findInCauses(error, isIdempotencyError);
+  return findInCauses(error, isIdempotencyErrorInstance);
 }
 
 function findInCauses<T>(error: unknown, test: (e: unknown) => e is T): T | undefined {

@@ -1,7 +1,7 @@
 import { getTRPCErrorFromUnknown, TRPCError } from '@trpc/server';
 import { currentRun } from '../core/claimed-run.js';
 import type { OutcomeCodec } from '../core/codec.js';
-import { IdempotencyError, isIdempotencyError } from '../core/errors.js';
+import { IdempotencyError, isIdempotencyErrorInstance } from '../core/errors.js';
 import { parseIdempotencyKey } from '../core/key.js';
 import { describeValue } from '../core/options.js';
 import type { ResolvedPolicy } from '../core/policy.js';
@@ -81,7 +81,7 @@ export function idempotentResolver(
             : (run) => runResolver(resolver, opts, run).then(outputs.parse),
       });
     } catch (error) {
-      if (!isIdempotencyError(error)) throw error;
+      if (!isIdempotencyErrorInstance(error)) throw error;
       throw refusal(ctx, error);
     }
     return answer(adapter, ctx, batchIndex, result);
@@ -151,7 +151,7 @@ function refusedKey(
   error: unknown,
 ): unknown {
   engine.emit({ result: 'rejected', name: path, durationMs: 0, reason });
-  return isIdempotencyError(error) ? toTRPCError(error) : error;
+  return isIdempotencyErrorInstance(error) ? toTRPCError(error) : error;
 }
 
 /**
@@ -215,8 +215,8 @@ function refusal(ctx: unknown, error: IdempotencyError): TRPCError {
 
 /** The idempotency error an outcome's error is, directly or as tRPC's INTERNAL_SERVER_ERROR wrapping of it. */
 function idempotencyErrorOf(error: unknown): IdempotencyError | undefined {
-  if (isIdempotencyError(error)) return error;
-  if (error instanceof TRPCError && error.code === 'INTERNAL_SERVER_ERROR' && isIdempotencyError(error.cause)) {
+  if (isIdempotencyErrorInstance(error)) return error;
+  if (error instanceof TRPCError && error.code === 'INTERNAL_SERVER_ERROR' && isIdempotencyErrorInstance(error.cause)) {
     return error.cause;
   }
   return undefined;
