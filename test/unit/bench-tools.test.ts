@@ -26,6 +26,7 @@ import {
   fingerprintTable,
   previousOf,
   type Results,
+  redisCommands,
   renderMarkdown,
 } from '../../bench/lib/report.js';
 
@@ -131,6 +132,13 @@ describe('saturationRow (a variant against the baseline runs either side of it)'
     expect(row.baseline_server_cpu_us_per_req).toBe(265);
     expect(row.non2xx).toBe(6);
     expect(allCpu(row)).toEqual({ variant: 302 + 30 + 16, baseline: 265 + 30 + 16 });
+  });
+});
+
+describe('redisCommands (Redis commands per request, from INFO commandstats)', () => {
+  it("leaves the handler's INCR out and counts what ran inside the scripts apart from the scripts sent", () => {
+    expect(redisCommands({ evalsha: 2.01, hset: 2, hmget: 2, time: 1, incr: 1 })).toEqual({ sent: 2.01, inScripts: 5 });
+    expect(redisCommands({ set: 2, incr: 1 })).toEqual({ sent: 2, inScripts: 0 });
   });
 });
 
