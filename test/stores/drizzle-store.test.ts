@@ -62,7 +62,9 @@ describe('purgeExpired', () => {
         state: 'completed',
         body: 'kept',
       });
-      await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(/purgeExpired: batchSize must be a whole number >= 1, got the number 0\./);
+      await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(
+        /purgeExpired: batchSize must be a whole number >= 1, got the number 0\./,
+      );
     } finally {
       await schema.drop();
     }

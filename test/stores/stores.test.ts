@@ -329,7 +329,9 @@ describe('memory store bounds', () => {
   });
 
   it('refuses a maxBytes that is not a whole number of bytes large enough for records', () => {
-    expect(() => memoryStore({ maxBytes: 0 })).toThrow(/maxBytes must be a whole number of bytes >= 65536, got the number 0\./);
+    expect(() => memoryStore({ maxBytes: 0 })).toThrow(
+      /maxBytes must be a whole number of bytes >= 65536, got the number 0\./,
+    );
     expect(() => memoryStore({ maxBytes: 1.5e6 + 0.5 })).toThrow(/maxBytes/);
     expect(() => memoryStore({ maxEntries: 0 })).toThrow(/maxEntries must be a whole number >= 1, got the number 0\./);
   });
