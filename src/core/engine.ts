@@ -1,4 +1,3 @@
-// Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';

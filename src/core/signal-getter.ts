@@ -1,18 +1,11 @@
 /**
- * The lease, the claimed call and the resolver's options all hand out the
- * claim's AbortSignal through a getter, so that it is made only for an
- * operation that reads it: an AbortController costs several microseconds, and
- * most operations never look at their signal.
- *
- * `signalGetter(read)` returns `attach(target, source)`, which gives `target`
- * an own, enumerable `signal` whose value is `read(source)`, computed at each
- * read. All the objects of one `attach` share one descriptor, hence one getter
- * function: an object literal with a getter of its own (`{ get signal() {} }`),
- * made on every call, gets a hidden class of its own, which makes every
- * young-generation GC slower. A class would share its getter too, but on its
- * prototype, where `{ ...opts }` and `Object.keys` do not see it; here `signal`
- * stays an own property, as it is on tRPC's resolver options. `source` is
- * stored on the object (under a symbol), so attaching allocates no closure.
+ * The lease, the claimed run and the resolver's options hand out the claim's
+ * AbortSignal through a getter, so that it is made only for an operation that
+ * reads it; most never do. `signalGetter(read)` returns `attach(target, source)`,
+ * which gives `target` an own, enumerable `signal` (as on tRPC's resolver
+ * options, so `{ ...opts }` keeps it) worth `read(source)` at each read. Every
+ * target shares one descriptor: an object literal with a getter of its own,
+ * made per call, would get a hidden class of its own each time.
  */
 export function signalGetter<S>(read: (source: S) => AbortSignal): SignalAttacher<S> {
   const key = Symbol('signalSource');

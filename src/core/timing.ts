@@ -27,12 +27,11 @@ export interface Timed {
 
 /**
  * Callbacks due a fixed delay after they were added, behind one unref'd
- * Node.js timer. Every protected call sets two store timeouts and a renewal
- * timer, and removes them microseconds later: a Node.js timer each time costs
- * a Timeout, the (re)creation of Node's list for that delay and several calls
- * into C++ to count it in and out of the event loop's references. Here an
- * entry is linked in and out of a list, and the one timer stays armed for the
- * oldest entry: entries of one delay are due in the order they were added.
+ * Node.js timer. Every protected call sets store timeouts and a renewal timer
+ * and removes them almost at once; here that is linking an entry in and out of
+ * a list, and the one timer stays armed for the oldest entry (entries of one
+ * delay are due in the order they were added), where a Node.js timer per call
+ * would cost a Timeout and calls into C++ each time.
  */
 export class TimerQueue {
   #head: Timed | undefined;
