@@ -13,6 +13,7 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import { KeyedListeners } from './listeners.js';
 import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): about what V8 takes for
@@ -111,7 +112,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const records = new Map<string, MemoryRecord>();
   // The steps of records, apart from them: they outlive a released or expired claim.
   const stepsOf = new Map<string, MemorySteps>();
-  const listeners = new Map<string, Set<() => void>>();
+  const listeners = new KeyedListeners();
   const evictionListeners = new Set<(id: string) => void>();
 
   // Usage, in total and per scope, and which finished record goes first (memory-shares.ts).
@@ -195,11 +196,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return rec !== undefined && rec.state === 'in_progress' && rec.token === token ? rec : undefined;
   }
 
-  function notify(id: string) {
-    const set = listeners.get(id);
-    if (set !== undefined) for (const listener of set) listener();
-  }
-
   return {
     name: 'memory',
     get size() {
@@ -276,7 +272,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       shares.account(done.scope, 1, size);
       shares.finish(done.scope, id, done);
       expiring(t + ttl);
-      notify(id);
+      listeners.notify(id);
       return 'stored';
     },
 
@@ -318,7 +314,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const rec = held(id, token, now());
       if (rec === undefined) return false;
       drop(id, rec);
-      notify(id);
+      listeners.notify(id);
       return true;
     },
 
@@ -332,13 +328,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     },
 
     async onSettled(id: string, listener: () => void) {
-      let set = listeners.get(id);
-      if (set === undefined) listeners.set(id, (set = new Set()));
-      set.add(listener);
-      return () => {
-        set.delete(listener);
-        if (set.size === 0 && listeners.get(id) === set) listeners.delete(id);
-      };
+      return listeners.add(id, listener);
     },
 
     onEvicted(listener: (id: string) => void) {

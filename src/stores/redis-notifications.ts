@@ -1,4 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
+import { KeyedListeners } from './listeners.js';
 
 /**
  * Notifications that a record settled, for `inFlight: 'wait'`: one subscriber
@@ -8,7 +9,7 @@ import type { Cluster, Redis } from 'ioredis';
 export function settledNotifications(client: Redis | Cluster, channel: string) {
   let subscriber: Redis | Cluster | undefined;
   let subscribed: Promise<void> | undefined;
-  const waiters = new Map<string, Set<() => void>>();
+  const waiters = new KeyedListeners();
 
   function subscribe(): Promise<void> {
     if (subscribed !== undefined) return subscribed;
@@ -19,10 +20,7 @@ export function settledNotifications(client: Redis | Cluster, channel: string) {
       sub.on('error', () => {
         // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
       });
-      sub.on('message', (_channel: string, key: string) => {
-        const set = waiters.get(key);
-        if (set !== undefined) for (const listener of set) listener();
-      });
+      sub.on('message', (_channel: string, key: string) => waiters.notify(key));
     }
     const pending = sub.subscribe(channel).then(
       () => undefined,
@@ -39,13 +37,7 @@ export function settledNotifications(client: Redis | Cluster, channel: string) {
     /** Calls `listener` whenever `key` settles, from once the subscription is live; returns how to stop. */
     async listen(key: string, listener: () => void): Promise<() => void> {
       await subscribe();
-      let set = waiters.get(key);
-      if (set === undefined) waiters.set(key, (set = new Set()));
-      set.add(listener);
-      return () => {
-        set.delete(listener);
-        if (set.size === 0 && waiters.get(key) === set) waiters.delete(key);
-      };
+      return waiters.add(key, listener);
     },
 
     /** Closes the subscriber connection, if one was opened. */
