@@ -193,52 +193,46 @@ function reachedStore(event: IdempotencyEvent): boolean {
 
 function createInstruments(provider: MeterProvider): Instruments {
   const meter = provider.getMeter(SCOPE_NAME, SCOPE_VERSION);
+  const counter = (name: string, unit: string, description: string) =>
+    meter.createCounter(name, { description, unit, valueType: ValueType.INT });
   return {
     provider,
-    checks: meter.createCounter('idempotency.checks', {
-      description:
-        'Idempotency checks, by result (acquired, replayed, in_progress, mismatch, store_error, rejected, unprotected).',
-      unit: '{check}',
-      valueType: ValueType.INT,
-    }),
+    checks: counter(
+      'idempotency.checks',
+      '{check}',
+      'Idempotency checks, by result (acquired, replayed, in_progress, mismatch, store_error, rejected, unprotected).',
+    ),
     checkDuration: meter.createHistogram('idempotency.check.duration', {
       description: 'Time to check an idempotency key against the store (a claim, or a replay read), waits included.',
       unit: 's',
       advice: { explicitBucketBoundaries: [...CHECK_DURATION_BUCKETS] },
     }),
-    storeErrors: meter.createCounter('idempotency.store.errors', {
-      description: 'Idempotency store calls that failed or timed out, by operation.',
-      unit: '{error}',
-      valueType: ValueType.INT,
-    }),
-    leaseLost: meter.createCounter('idempotency.lease.lost', {
-      description:
-        'Claims lost while their operation ran (fenced, unconfirmed, max_run_time): the operation may run twice.',
-      unit: '{lease}',
-      valueType: ValueType.INT,
-    }),
-    leaseRenewed: meter.createCounter('idempotency.lease.renewed', {
-      description: 'Claims renewed while their operation ran (every lockTtl / 3).',
-      unit: '{renewal}',
-      valueType: ValueType.INT,
-    }),
-    replayBytes: meter.createCounter('idempotency.replay.bytes', {
-      description: 'Size of the stored outcomes sent back as replays.',
-      unit: 'By',
-      valueType: ValueType.INT,
-    }),
-    steps: meter.createCounter('idempotency.steps', {
-      description:
-        'Steps of protected operations, by outcome: ran (and recorded), resumed (a retry reused the recorded result), unprotected (run while failing open).',
-      unit: '{step}',
-      valueType: ValueType.INT,
-    }),
-    evictions: meter.createCounter('idempotency.store.evictions', {
-      description:
-        'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
-      unit: '{record}',
-      valueType: ValueType.INT,
-    }),
+    storeErrors: counter(
+      'idempotency.store.errors',
+      '{error}',
+      'Idempotency store calls that failed or timed out, by operation.',
+    ),
+    leaseLost: counter(
+      'idempotency.lease.lost',
+      '{lease}',
+      'Claims lost while their operation ran (fenced, unconfirmed, max_run_time): the operation may run twice.',
+    ),
+    leaseRenewed: counter(
+      'idempotency.lease.renewed',
+      '{renewal}',
+      'Claims renewed while their operation ran (every lockTtl / 3).',
+    ),
+    replayBytes: counter('idempotency.replay.bytes', 'By', 'Size of the stored outcomes sent back as replays.'),
+    steps: counter(
+      'idempotency.steps',
+      '{step}',
+      'Steps of protected operations, by outcome: ran (and recorded), resumed (a retry reused the recorded result), unprotected (run while failing open).',
+    ),
+    evictions: counter(
+      'idempotency.store.evictions',
+      '{record}',
+      'Finished records a bounded store dropped before their ttl to make room: a retry of their keys would run again.',
+    ),
   };
 }
 
