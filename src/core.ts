@@ -23,22 +23,8 @@ export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErr
 export { DEFAULT_POLICY } from './core/policy.js';
 export { deriveStepKey } from './core/step-key.js';
 export type { IdempotencySteps } from './core/steps.js';
-export type {
-  ClaimAnswer,
-  ClaimInput,
-  ClaimResult,
-  CompleteInput,
-  CompleteResult,
-  ExtendInput,
-  FencedInput,
-  IdempotencyStore,
-  RecordedStep,
-  RecordedSteps,
-  RecordState,
-  SaveStepInput,
-  SaveStepResult,
-  StoreTransaction,
-} from './core/store.js';
+// The store contract, every type of it.
+export type * from './core/store.js';
 export type {
   ExecuteInput,
   ExecuteResult,
