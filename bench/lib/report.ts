@@ -175,8 +175,8 @@ function saturationTable(rows: Row[]): string {
         r.ratios.map((x) => x.toFixed(2)).join(' '),
         `${fmt(r.rps)} (${fmt(r.baseline_rps)})`,
         `${ms(r.p50_ms)} / ${ms(r.p99_ms)} (${ms(r.baseline_p50_ms)} / ${ms(r.baseline_p99_ms)})`,
-        `${r.server_cpu_us_per_req} (${r.baseline_server_cpu_us_per_req})`,
-        `${r.redis_cpu_us_per_req} (${r.baseline_redis_cpu_us_per_req})`,
+        `${fmt(r.server_cpu_us_per_req)} (${fmt(r.baseline_server_cpu_us_per_req)})`,
+        `${fmt(r.redis_cpu_us_per_req)} (${fmt(r.baseline_redis_cpu_us_per_req)})`,
         `${commands}${errors(r.non2xx)}`,
       ];
     }),
@@ -202,10 +202,10 @@ function processTable(rows: Row[]): string {
       const all = allCpu(r);
       return [
         r.name,
-        r.server_cpu_us_per_req,
-        r.load_cpu_us_per_req,
-        r.redis_cpu_us_per_req,
-        r.postgres_cpu_us_per_req,
+        fmt(r.server_cpu_us_per_req),
+        fmt(r.load_cpu_us_per_req),
+        fmt(r.redis_cpu_us_per_req),
+        fmt(r.postgres_cpu_us_per_req),
         `${fmt(all.variant)} (${fmt(all.baseline)})`,
         ((all.variant * r.rps) / 1e6).toFixed(2),
         (all.baseline / all.variant).toFixed(2),
@@ -289,7 +289,7 @@ function storeTables(results: Results): string {
       .join(', ');
   return [
     table(
-      ['', 'First execution', 'Replay', 'In-flight rejection', `Waiting duplicate (${redis.wait_ms} ms)`],
+      ['', 'First execution', 'Replay', 'In-flight rejection', `Waiting duplicate (${fmt(redis.wait_ms)} ms)`],
       'lrrrr',
       [
         ['Redis commands sent (EVALSHA)', redis.first, redis.replay, redis.reject, redis.wait],
