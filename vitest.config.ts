@@ -9,5 +9,8 @@ export default defineConfig({
     exclude: ['test/e2e/**', 'test/faults/**', 'test/stacks/**', '**/node_modules/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // The files wait mostly on Redis, PostgreSQL, timers and child processes: two at a time on 2 cores
+    // (vitest's default there is one).
+    maxWorkers: 2,
   },
 });

@@ -4,8 +4,13 @@
 # its package.json is consistent (publint), and `npm publish --dry-run` accepts it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+# PACK_DIR: the tarball is left there (.ci/run hands it on to the stacks suite); otherwise removed
+if [ -n "${PACK_DIR:-}" ]; then
+  out="$PACK_DIR"
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+fi
 test -f dist/index.js -a -f dist/cjs/index.js || { echo "dist/ is missing: run npm run build first" >&2; exit 2; }
 tgz="$out/$(npm pack --silent --pack-destination "$out" | tail -1)"
 npx --no-install attw "$tgz"

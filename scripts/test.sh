@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# npm test: the four suites, unit, e2e, faults and stacks, stopping at the first that fails. The stacks
+# suite waits mostly on npm and next, so it runs beside e2e and faults (the unit suite's timeouts are
+# the tightest: it runs alone); its output is printed when they have ended.
+# It installs the package packed once here, or the tarball TRPC_IDEMPOTENCY_TGZ names (.ci/run's
+# package check), so that no build of this checkout runs while the example app reads dist/.
+# Fails if any suite fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+work="$(mktemp -d)"
+stacks=
+trap '[ -n "$stacks" ] && kill -- -"$stacks" 2>/dev/null; rm -rf "$work"' EXIT
+
+if [ -z "${TRPC_IDEMPOTENCY_TGZ:-}" ]; then
+  npm run build --silent || exit 1
+  TRPC_IDEMPOTENCY_TGZ="$work/$(npm pack --silent --pack-destination "$work" | tail -1)" || exit 1
+  export TRPC_IDEMPOTENCY_TGZ
+fi
+status=0
+npm run test:unit || status=$?
+if [ "$status" -eq 0 ]; then
+  # in a process group of its own (setsid), so that an interrupted run ends it and its npm and next too
+  setsid npm run test:stacks >"$work/stacks.log" 2>&1 &
+  stacks=$!
+  npm run test:e2e && npm run test:faults || status=$?
+fi
+
+stacks_status=0
+if [ -n "$stacks" ]; then
+  echo
+  echo "== npm run test:stacks (ran beside test:e2e and test:faults)"
+  wait "$stacks" || stacks_status=$?
+  stacks=
+  cat "$work/stacks.log"
+fi
+[ "$status" -eq 0 ] || echo "npm test: a suite failed (exit $status)" >&2
+[ "$stacks_status" -eq 0 ] || echo "npm test: test:stacks failed (exit $stacks_status)" >&2
+[ "$status" -eq 0 ] && [ "$stacks_status" -eq 0 ]
