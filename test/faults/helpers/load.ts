@@ -130,9 +130,8 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
         const refusal = `${result.status} ${('reason' in result && result.reason) || '-'}`;
         refusals[refusal] = (refusals[refusal] ?? 0) + 1;
       }
-      // Retried by reason, whatever the status, as idempotencyLink does (a claim lost before a step was
-      // recorded answers 500 in_progress: test/steps-open-issues.test.ts), and a step whose result was not
-      // recorded (500 step_unrecorded: the key was given back for a retry, docs/steps.md).
+      // Retried by reason, whatever the status, as idempotencyLink does: a step whose result was not
+      // recorded answers 500 step_unrecorded (the key was given back for a retry, docs/steps.md).
       const reason = 'reason' in result ? result.reason : undefined;
       const retryable = reason === 'in_progress' || reason === 'store_unavailable' || reason === 'step_unrecorded';
       if (result.status !== 409 && result.status !== 503 && result.status !== 0 && !retryable) {
