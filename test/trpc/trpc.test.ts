@@ -5,15 +5,13 @@ import { randomUUID } from 'node:crypto';
 import { createTRPCClient, httpBatchStreamLink } from '@trpc/client';
 import { initTRPC, TRPCError } from '@trpc/server';
 import superjson from 'superjson';
-import { afterAll, afterEach, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
+import { afterEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import { idempotencyHeaders, idempotencyLink } from '../../src/client.js';
-import { drizzleStore } from '../../src/drizzle.js';
 import {
   IdempotencyConfigError,
   type IdempotencyEvent,
   type IdempotencyMeta,
-  type IdempotencyStore,
   idempotencyErrorFormatter,
   memoryStore,
   retryable,
@@ -21,8 +19,7 @@ import {
   withIdempotency,
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
-import { connectRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 import {
   createClient,
   gate,
@@ -55,12 +52,7 @@ async function serve<R extends Parameters<typeof startServer>[0]>(
   return createClient<R>(server.url, { seen: opts.seen, batch: opts.batch });
 }
 
-const redis = connectRedis();
-const prefix = uniquePrefix('trpc');
-afterAll(async () => {
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
+const { stores, redis, prefix } = liveStores('trpc', ['memory', 'redis', 'postgres']);
 
 function idem(options: Partial<WithIdempotencyOptions<Ctx>> = {}) {
   return withIdempotency(t.procedure, { scope: 'global', store: memoryStore(), ...options });
@@ -585,19 +577,7 @@ describe('batches', () => {
   });
 });
 
-let pgs: PgSchema;
-beforeAll(async () => {
-  pgs = await isolatedSchema('trpc');
-});
-afterAll(async () => {
-  await pgs?.drop();
-});
-
-describe.each([
-  ['memory', () => memoryStore()],
-  ['redis', () => redisStore({ client: redis, prefix })],
-  ['postgres', () => drizzleStore({ db: pgs.db })],
-] as [string, () => IdempotencyStore][])('in flight, on the %s store', (_name, makeStore) => {
+describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => {
   it("inFlight: 'wait' makes a duplicate wait for the first outcome and replay it", async () => {
     let runs = 0;
     const release = gate();
