@@ -16,23 +16,23 @@ if [ -z "${TRPC_IDEMPOTENCY_TGZ:-}" ]; then
   TRPC_IDEMPOTENCY_TGZ="$work/$(npm pack --silent --pack-destination "$work" | tail -1)" || exit 1
   export TRPC_IDEMPOTENCY_TGZ
 fi
-status=0
-npm run test:unit || status=$?
-if [ "$status" -eq 0 ]; then
+failed=
+suite() { npm run "$1" || { failed="$1"; return 1; }; }
+if suite test:unit; then
   # in a process group of its own (setsid), so that an interrupted run ends it and its npm and next too
   setsid npm run test:stacks >"$work/stacks.log" 2>&1 &
   stacks=$!
-  npm run test:e2e && npm run test:faults || status=$?
+  suite test:e2e && suite test:faults
 fi
 
-stacks_status=0
 if [ -n "$stacks" ]; then
   echo
   echo "== npm run test:stacks (ran beside test:e2e and test:faults)"
-  wait "$stacks" || stacks_status=$?
+  wait "$stacks" || failed="${failed:+$failed and }test:stacks"
   stacks=
   cat "$work/stacks.log"
 fi
-[ "$status" -eq 0 ] || echo "npm test: a suite failed (exit $status)" >&2
-[ "$stacks_status" -eq 0 ] || echo "npm test: test:stacks failed (exit $stacks_status)" >&2
-[ "$status" -eq 0 ] && [ "$stacks_status" -eq 0 ]
+if [ -n "$failed" ]; then
+  echo "npm test: $failed failed" >&2
+  exit 1
+fi
