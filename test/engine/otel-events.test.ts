@@ -3,24 +3,11 @@
  * a replay, and successful lease renewals.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { drizzleStore } from '../../src/drizzle.js';
+import { describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, type IdempotencyStore, memoryStore } from '../../src/index.js';
-import { redisStore } from '../../src/redis.js';
-import { pgliteDb } from '../helpers/postgres.js';
-import { connectRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
+import { liveStores } from '../helpers/stores.js';
 
-const redis = connectRedis();
-const prefix = uniquePrefix('otel-events');
-let lite: Awaited<ReturnType<typeof pgliteDb>>;
-beforeAll(async () => {
-  lite = await pgliteDb();
-});
-afterAll(async () => {
-  await lite?.close();
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-});
+const live = liveStores('otel-events', ['memory', 'redis', 'PGlite']);
 
 function recorder(store: IdempotencyStore, options: { lockTtl?: number } = {}) {
   const events: IdempotencyEvent[] = [];
@@ -38,9 +25,9 @@ describe('events name their store', () => {
       extend: (input) => memory.extend(input),
     };
     const stores: [IdempotencyStore, string][] = [
-      [memoryStore(), 'memory'],
-      [redisStore({ client: redis, prefix }), 'redis'],
-      [drizzleStore({ db: lite.db }), 'postgresql'],
+      [live.store('memory'), 'memory'],
+      [live.store('redis'), 'redis'],
+      [live.store('PGlite'), 'postgresql'],
       [bare, 'custom'],
     ];
     for (const [store, name] of stores) {
@@ -59,7 +46,7 @@ describe('events name their store', () => {
   });
 
   it("fills in the store on an adapter's event without changing the caller's object", () => {
-    const { engine, events } = recorder(redisStore({ client: redis, prefix }));
+    const { engine, events } = recorder(live.store('redis'));
     const event: IdempotencyEvent = { result: 'rejected', name: 'pay', durationMs: 0, reason: 'key_missing' };
     engine.emit(event);
     expect(events).toEqual([{ result: 'rejected', name: 'pay', durationMs: 0, reason: 'key_missing', store: 'redis' }]);
@@ -100,7 +87,7 @@ describe('replayed events carry the size of the replay', () => {
 
 describe('renewed events', () => {
   it('one per successful renewal while the operation runs, none for a quick one', async () => {
-    const { engine, events } = recorder(redisStore({ client: redis, prefix }), { lockTtl: 120 });
+    const { engine, events } = recorder(live.store('redis'), { lockTtl: 120 });
     await engine.run({ key: randomUUID(), name: 'quick', payload: {} }, async () => 'ok');
     expect(events.map((e) => e.result)).toEqual(['acquired', 'completed']);
 

@@ -45,6 +45,8 @@ export interface LiveStores {
   prefix: string;
   /** The PostgreSQL schema of the postgres kinds (after beforeAll; only when one was asked for). */
   postgres(): PgSchema;
+  /** A new store of `kind`, one of those asked for. */
+  store(kind: StoreKind): IdempotencyStore;
   /** The client of the redis cluster kind (after beforeAll; only when a cluster kind was asked for). */
   cluster(): Cluster;
 }
@@ -135,6 +137,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     stores: kinds.map((name) => ({ name, make: () => make(name), notifies: name.startsWith('redis') })),
     redis,
     prefix,
+    store: (kind) => {
+      if (!kinds.includes(kind)) throw new Error(`${kind} was not asked for`);
+      return make(kind);
+    },
     postgres: () => {
       if (schema === undefined) throw new Error('no postgres kind was asked for, or beforeAll has not run');
       return schema;
