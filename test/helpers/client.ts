@@ -1,7 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { createTRPCClient, httpBatchLink, httpLink, splitLink, type TRPCLink } from '@trpc/client';
-import { initTRPC, TRPCError } from '@trpc/server';
+import { TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import {
   type IdempotencyLinkOptions,
@@ -9,13 +8,8 @@ import {
   idempotencyHeaders,
   idempotencyLink,
 } from '../../src/client.js';
-import {
-  type IdempotencyMeta,
-  type IdempotencyStore,
-  idempotencyErrorFormatter,
-  withIdempotency,
-} from '../../src/index.js';
-import { startServer, type TestServer } from './trpc.js';
+import type { IdempotencyStore } from '../../src/index.js';
+import { startPayApp } from '../fixtures/pay-app.js';
 
 /** One HTTP request as the server received it. */
 export interface ReceivedRequest {
@@ -33,70 +27,61 @@ export interface PaymentsServerOptions {
 }
 
 /**
- * A real tRPC HTTP server with idempotent procedures on `store`, recording
- * every request it receives and every execution of a procedure.
+ * The pay app (test/fixtures/pay-app.ts) on `store`, with procedures of the client tests beside
+ * `pay`, recording every request it receives and every execution of a procedure.
  */
 export async function startPaymentsServer(store: IdempotencyStore, options: PaymentsServerOptions = {}) {
-  const t = initTRPC
-    .meta<IdempotencyMeta>()
-    .create(options.formatter === false ? {} : { errorFormatter: idempotencyErrorFormatter });
-  const idempotent = withIdempotency(t.procedure, { scope: 'global', store, retryAfter: options.retryAfter ?? 1 });
   const executions: { path: string; input: unknown }[] = [];
   /** Codes `flaky` throws, one per execution, before it succeeds. */
   const failures: TRPCError['code'][] = [];
-  let hold: Promise<void> | undefined;
-
-  const router = t.router({
-    pay: idempotent.input(z.object({ amount: z.number().int().positive() })).mutation(async ({ input }) => {
-      executions.push({ path: 'pay', input });
-      if (hold !== undefined) await hold;
-      return { chargeId: randomUUID(), amount: input.amount };
-    }),
-    flaky: idempotent.input(z.object({ n: z.number() })).mutation(({ input }) => {
-      executions.push({ path: 'flaky', input });
-      const code = failures.shift();
-      if (code !== undefined) throw new TRPCError({ code, message: `failure ${code}` });
-      return { ok: input.n };
-    }),
-    refuse: idempotent
-      .input(z.object({ code: z.enum(['UNAUTHORIZED', 'FORBIDDEN', 'BAD_REQUEST']) }))
-      .mutation(({ input }) => {
-        executions.push({ path: 'refuse', input });
-        throw new TRPCError({ code: input.code, message: `refused: ${input.code}` });
-      }),
-    report: idempotent
-      .meta({ idempotency: { maxResponseBytes: 100 } })
-      .input(z.object({ size: z.number() }))
-      .mutation(({ input }) => {
-        executions.push({ path: 'report', input });
-        return 'x'.repeat(input.size);
-      }),
-    ping: t.procedure.input(z.object({ n: z.number() })).query(({ input }) => ({ pong: input.n })),
-    broken: t.procedure.query(() => {
-      executions.push({ path: 'broken', input: undefined });
-      throw new TRPCError({ code: 'INTERNAL_SERVER_ERROR' });
-    }),
-  });
-
   const requests: ReceivedRequest[] = [];
-  const server: TestServer = await startServer(router, ({ req }) => {
-    requests.push({ url: req.url ?? '', headers: { ...req.headers }, at: performance.now() });
-    return {};
+
+  const app = await startPayApp({
+    store,
+    retryAfter: options.retryAfter ?? 1,
+    formatter: options.formatter !== false,
+    onRequest: (req) => requests.push({ url: req.url ?? '', headers: { ...req.headers }, at: performance.now() }),
+    procedures: ({ t, idempotent }) => ({
+      flaky: idempotent.input(z.object({ n: z.number() })).mutation(({ input }) => {
+        executions.push({ path: 'flaky', input });
+        const code = failures.shift();
+        if (code !== undefined) throw new TRPCError({ code, message: `failure ${code}` });
+        return { ok: input.n };
+      }),
+      refuse: idempotent
+        .input(z.object({ code: z.enum(['UNAUTHORIZED', 'FORBIDDEN', 'BAD_REQUEST']) }))
+        .mutation(({ input }) => {
+          executions.push({ path: 'refuse', input });
+          throw new TRPCError({ code: input.code, message: `refused: ${input.code}` });
+        }),
+      report: idempotent
+        .meta({ idempotency: { maxResponseBytes: 100 } })
+        .input(z.object({ size: z.number() }))
+        .mutation(({ input }) => {
+          executions.push({ path: 'report', input });
+          return 'x'.repeat(input.size);
+        }),
+      ping: t.procedure.input(z.object({ n: z.number() })).query(({ input }) => ({ pong: input.n })),
+      broken: t.procedure.query(() => {
+        executions.push({ path: 'broken', input: undefined });
+        throw new TRPCError({ code: 'INTERNAL_SERVER_ERROR' });
+      }),
+    }),
   });
 
   return {
-    url: server.url,
-    close: () => server.close(),
-    router,
-    executions,
+    url: app.url,
+    close: app.close,
+    router: app.router,
     failures,
     requests,
     /** Procedures `pay` started from now on wait for `until`. */
-    holdPayments(until: Promise<void> | undefined) {
-      hold = until;
-    },
-    /** Executions of one procedure. */
-    runs: (path: string) => executions.filter((e) => e.path === path),
+    holdPayments: app.hold,
+    /** Executions of one procedure (`pay`'s with its amount as input). */
+    runs: (path: string) =>
+      path === 'pay'
+        ? app.executions.map((e) => ({ path, input: { amount: e.amount } }))
+        : executions.filter((e) => e.path === path),
   };
 }
 
