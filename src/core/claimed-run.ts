@@ -34,11 +34,11 @@ const withSourceSignal = signalGetter((source: LeaseLike) => source.signal);
 
 /**
  * The run of an operation under a claim. Its signal is read through from the
- * lease, which makes one only for an operation that looks; its step log is
- * made only for an operation that uses steps (or finds some recorded).
+ * lease; its step log is made only for an operation that uses steps (or finds
+ * some recorded).
  */
 export class ClaimedRun implements ProtectedRun {
-  // Declared, then assigned in the constructor: a class field initializer is a property definition per instance.
+  // Declared, then assigned in the constructor: a class field is a defineProperty per instance, slower than assignment.
   declare readonly signal: AbortSignal;
   declare readonly transaction: unknown;
   /** The step log, if the run used steps or found some recorded. */
@@ -91,10 +91,9 @@ export class ClaimedRun implements ProtectedRun {
 
 /**
  * Runs `fn` as the current run. On Node 20, entering an AsyncLocalStorage
- * turns on a promise hook for the whole process, which every promise then
- * pays for; so a run enters {@link currentRun} only where code deep in the
- * operation must reach it: a transaction, or a run nested in another one (so
- * it never sees the outer run's transaction).
+ * slows every promise in the process, so a run enters {@link currentRun} only
+ * where code deep in the operation must reach it: a transaction, or a run
+ * nested in another one (so it never sees the outer run's transaction).
  */
 export function runAsCurrent<T>(run: ProtectedRun, fn: () => T): T {
   if (run.transaction === undefined && currentRun.getStore() === undefined) return fn();

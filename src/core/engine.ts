@@ -95,7 +95,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
         return stepsOfAnotherPayload(attempt, durationMs);
       }
       if (onEvent !== undefined) emit({ result: 'acquired', name, keyHash, durationMs });
-      // Awaited rather than returned: an async function that returns a promise adopts it in two more turns.
+      // Awaited rather than returned: adopting a returned promise takes extra microtask turns.
       return await runClaimed(runtime, attempt, input, recorded?.steps);
     }
     if (claimed.fingerprint !== attempt.fp) {

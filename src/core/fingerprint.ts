@@ -25,9 +25,8 @@ const MAX_ENTRY_CHARS = 64;
  * key character, and each character of a string), or came out at least this
  * long, is remembered, by identity, for the rest of the walk: met again
  * through another reference, its encoding is reused instead of walking it
- * again. So an object walked again is a short one (each reference in the body
- * costs at most this much); and small objects are not remembered, as the
- * first Map write for an object costs it an identity hash, more than a walk.
+ * again. So an object walked again is a short one; small objects are not
+ * remembered, as remembering one costs more than walking it again.
  */
 const MEMO_WORK = 64;
 
@@ -111,7 +110,7 @@ class Walk {
 
   object(value: object): string {
     const { ancestors, memo } = this;
-    // A get does not give an object an identity hash (only the set below does), and most walks remember nothing.
+    // Most walks remember nothing: skip the lookup then.
     const known = memo.size === 0 ? undefined : memo.get(value);
     if (known !== undefined) {
       this.shared += known.length;
@@ -119,7 +118,7 @@ class Walk {
       return known;
     }
     if (ancestors.length >= MAX_FINGERPRINT_DEPTH) {
-      // A cycle recurses until here too: it is told apart only now, at no cost before.
+      // A cycle recurses until here too: checked only at the depth limit.
       if (ancestors.includes(value)) {
         throw new IdempotencyError('input_unsupported', 'The input contains a cycle and cannot be fingerprinted.');
       }
@@ -236,8 +235,8 @@ function entry(encoded: string): string {
 
 /**
  * JSON.stringify of a string, whose output it is: a string of printable ASCII
- * other than `"` and `\\` is only wrapped in quotes, and this loop is much
- * cheaper per character than the builtin's escaping one (Node 20).
+ * other than `"` and `\\` is only wrapped in quotes, which this loop checks
+ * faster than the builtin escapes.
  */
 function quote(text: string): string {
   for (let i = 0; i < text.length; i++) {

@@ -11,9 +11,9 @@ type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
  * says the claim is gone, or renewals fail until the claim must have expired,
  * the lease's signal aborts: someone else may now run the operation.
  *
- * One object per claimed run, its renewals on the shared {@link TimerQueue} of its
- * period: most runs stop it at once, so it
- * has no timer, closures or AbortController of its own until it needs them.
+ * One object per claimed run, renewed through the shared {@link TimerQueue} of
+ * its period: most runs stop it at once, so it makes no timer, closure or
+ * AbortController of its own until it needs one.
  */
 export class Lease implements Timed {
   due = 0;
@@ -39,11 +39,7 @@ export class Lease implements Timed {
     timerQueue(Math.max(Math.floor(attempt.policy.lockTtl / 3), 1)).add(this, this.started);
   }
 
-  /**
-   * Aborts when the claim is lost. It does not follow the caller's signal: a
-   * caller that went away (a timeout, a dropped connection) will retry, and
-   * the operation should finish so that the retry gets the replay.
-   */
+  /** Aborts when the claim is lost, not when the caller goes away (see `RunOptions.signal`). */
   get signal(): AbortSignal {
     if (this.#controller === undefined) {
       this.#controller = new AbortController();

@@ -4,8 +4,7 @@
  * reads it; most never do. `signalGetter(read)` returns `attach(target, source)`,
  * which gives `target` an own, enumerable `signal` (as on tRPC's resolver
  * options, so `{ ...opts }` keeps it) worth `read(source)` at each read. Every
- * target shares one descriptor: an object literal with a getter of its own,
- * made per call, would get a hidden class of its own each time.
+ * target shares one descriptor rather than a getter literal made per call.
  */
 export function signalGetter<S>(read: (source: S) => AbortSignal): SignalAttacher<S> {
   const key = Symbol('signalSource');

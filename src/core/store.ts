@@ -97,8 +97,8 @@ export interface CompleteInput {
   ttl: number;
   /**
    * The operation recorded steps (or resumed some): delete them with the
-   * stored outcome, since retries now replay the outcome. Absent for the
-   * operations that use no step, so they pay nothing for it.
+   * stored outcome, which retries replay instead. Absent for operations that
+   * use no step.
    */
   clearSteps?: boolean;
 }

@@ -1,5 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
-// Imported: in Node 20 the global `performance` is an accessor, a getter call on every read.
+// Imported: in Node 20 the global `performance` is an accessor.
 import { performance } from 'node:perf_hooks';
 
 /**
@@ -11,10 +11,7 @@ import { performance } from 'node:perf_hooks';
  * So renewals run in no request's context.
  */
 const detached = new AsyncResource('trpc-idempotency.TimerQueue');
-/**
- * Something a {@link TimerQueue} calls back once its delay has passed. The
- * links are the entry's own fields, so queueing one allocates nothing.
- */
+/** Something a {@link TimerQueue} calls back once its delay has passed; its list links are its own fields. */
 export interface Timed {
   /** When it is due (performance.now() time); set by {@link TimerQueue.add}. */
   due: number;
@@ -28,10 +25,9 @@ export interface Timed {
 /**
  * Callbacks due a fixed delay after they were added, behind one unref'd
  * Node.js timer. Every protected call sets store timeouts and a renewal timer
- * and removes them almost at once; here that is linking an entry in and out of
- * a list, and the one timer stays armed for the oldest entry (entries of one
- * delay are due in the order they were added), where a Node.js timer per call
- * would cost a Timeout and calls into C++ each time.
+ * and removes them almost at once: here that is linking an entry in and out of
+ * a list rather than creating and clearing a Node.js timer. The one timer stays
+ * armed for the oldest entry (entries of one delay are due in the order added).
  */
 export class TimerQueue {
   #head: Timed | undefined;
@@ -74,13 +70,9 @@ export class TimerQueue {
     this.#timer.unref();
   }
 
-  // The timer's callback. An entry due by the time the timer was armed for fires, as a Node.js timer of
-  // its own would have then (both count in the event loop's clock, which may trail performance.now()).
-  // It fires after this turn of the event loop has read its sockets, not now: Node.js runs timers before
-  // it polls for I/O, so after the loop was kept busy (a CPU-bound request, a starved machine), a store
-  // answer that arrived in time would still be waiting unread in its socket when its timeout fires, and
-  // the call would fail on the loop's lag rather than on the store. setImmediate runs after the poll phase:
-  // a call answered by then has removed its timeout, and only a store that has not answered times out.
+  // Entries due by the armed time fire (as their own Node.js timers would, the loop's clock trailing
+  // performance.now()), but only after setImmediate: timers run before the I/O poll, so after a busy loop
+  // a store answer that arrived in time would still sit unread and its timeout would blame the store.
   #run = (): void => {
     this.#limit = Math.max(performance.now(), this.#armedFor);
     setImmediate(this.#fireDue);
