@@ -33,9 +33,9 @@ export function parseSteps(text: unknown): RecordedSteps {
 export const ms = (value: number): number => Math.ceil(value);
 
 /**
- * One of the store's statements: its text is fixed, so it is built once and
- * prepared once per Drizzle session (see `prepared` in drizzleStore); a call
- * only passes the values, by name, in the order of `params` ($1, $2...).
+ * One of the store's statements: fixed text, prepared by `prepared` in
+ * drizzleStore; a call only passes the values, by name, in the order of
+ * `params` ($1, $2...).
  */
 export interface Statement<K extends string> {
   /**

@@ -106,15 +106,11 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
   }
 
   /**
-   * The statements are prepared with Drizzle's own prepared queries (as a
-   * query builder's `.prepare(name)` is): built once per session, so a call
-   * neither builds nor compiles SQL, and Drizzle's logger and tracing still
-   * see every statement. On `db` they are named: node-postgres then parses
-   * and plans each once per connection, not once per call (postgres-js
-   * prepares them unless its `prepare` option is off; PGlite ignores the
-   * name). If the server turns out not to keep them (a pooler in transaction
-   * mode), the store goes on unnamed. In a transaction they stay unnamed, as
-   * such a failure there would abort the caller's transaction.
+   * Statements are Drizzle prepared queries, built once per session, so
+   * Drizzle's logger and tracing still see each one. On `db` they are named,
+   * so the server plans each once per connection; if it does not keep them (a
+   * pooler in transaction mode), the store goes on unnamed. In a transaction
+   * they stay unnamed: that failure there would abort the caller's transaction.
    */
   let named = true;
   let preparedBySession = new WeakMap<object, Map<Statement<string>, PreparedQuery>>();

@@ -28,7 +28,7 @@ export interface ScopeUsage<R extends Finished = Finished> {
   share: number;
   /** Its finished records, oldest first (insertion order is completion order). */
   readonly finished: Map<string, R>;
-  /** Where the search for the oldest finished record resumes (see `oldestOf`). */
+  /** Where the search for the oldest finished record resumes (see `victim`). */
   oldest: MapIterator<[string, R]> | undefined;
   /** Its index in the heap, -1 while it holds nothing. */
   at: number;

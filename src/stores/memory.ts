@@ -16,8 +16,8 @@ import type {
 import { KeyedListeners } from './listeners.js';
 import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
-// What an entry and a step count besides their characters (see maxBytes): about what V8 takes for
-// the objects, Map slots and string headers around them (a small record measured 640-890 bytes).
+// What an entry and a step count besides their characters (see maxBytes): roughly the heap taken by
+// the objects, Map slots and string headers around them.
 const ENTRY_OVERHEAD = 512;
 const STEP_OVERHEAD = 100;
 
@@ -88,18 +88,13 @@ const recordBytes = (id: string, fingerprint: string, token: string | undefined,
  * serves the same keys.
  *
  * Room is shared between scopes (the part of a record id before its first
- * `:`). A scope's share is max(entries / maxEntries, bytes / maxBytes),
- * counting its running claims and steps. When either limit is reached,
- * expired records go first; then the oldest finished record of the scope
- * with the largest share (each an `evicted` event), but never to make room
- * for a scope whose share, with the new record, is larger than that one's,
- * nor when that scope has nothing finished: the scope asking then evicts its
- * own oldest, so a scope that fills the store evicts only its own records
- * (memory-shares.ts). Running claims and steps are never
- * evicted. A new claim that finds no room is refused (the engine answers
- * 503); a completion or step of a held claim never is (a retry would run it
- * again), so the store may exceed its limits by the outcomes and steps of
- * the claims still running.
+ * `:`). When either limit is reached, expired records go first; then finished
+ * records, oldest first, of the scope with the largest share (each an
+ * `evicted` event), so a scope that fills the store evicts only its own
+ * records. Running claims and steps are never evicted. A new claim that finds
+ * no room is refused (the engine answers 503); a completion or step of a held
+ * claim never is (a retry would run it again), so the store may exceed its
+ * limits by the outcomes and steps of the claims still running.
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // initialized config

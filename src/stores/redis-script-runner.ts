@@ -3,9 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { storeFailure } from '../core/errors.js';
 import type { RedisScript } from './redis-scripts.js';
 
-// How the Redis store sends its scripts: EVALSHA, the source once on NOSCRIPT,
-// the scripts of one event-loop turn in one pipeline, and a client's error
-// read as an outage or a fault.
+// How the Redis store sends its scripts (EVALSHA, batched), and reads a client's error as an outage or a fault.
 
 /**
  * Error replies that mean the server cannot serve now rather than a fault of
