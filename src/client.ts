@@ -1,6 +1,4 @@
-// trpc-idempotency/client: the @trpc/client half. Runs in browsers: no `node:`
-// imports. The only @trpc/server module it loads at run time is
-// @trpc/server/observable, which @trpc/client loads itself.
+// trpc-idempotency/client: the @trpc/client half. Runs in browsers: no `node:` imports.
 
 import type { IdempotencyKeySource } from './client/key.js';
 

@@ -23,7 +23,6 @@ export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErr
 export { DEFAULT_POLICY } from './core/policy.js';
 export { deriveStepKey } from './core/step-key.js';
 export type { IdempotencySteps } from './core/steps.js';
-// The store contract, every type of it.
 export type * from './core/store.js';
 export type {
   ExecuteInput,

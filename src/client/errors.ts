@@ -163,10 +163,8 @@ export function isRetryableError(error: unknown): boolean {
     return reason === 'in_progress' || reason === 'store_unavailable' || reason === 'step_unrecorded';
   }
   const status = getHttpStatus(error);
-  // The idempotency layer's 409 carries Retry-After where headers can (and
-  // its message always); a 409 the procedure threw itself ("already exists")
-  // is an answer, and the server released its key: a retry would only run
-  // the procedure again.
+  // A 409 the procedure threw itself ("already exists") is an answer, and its key was released:
+  // a retry would only run the procedure again.
   if (status === 409) return isInProgressMessage(error) || getRetryAfterMs(error) !== undefined;
   if (status !== undefined) return RETRYABLE_STATUSES.has(status);
   return !isAbortError(error);

@@ -110,8 +110,7 @@ export class ScopeShares<R extends Finished> {
     const largest = this.#heap[0];
     const from = largest !== undefined && largest.finished.size > 0 && largest.share >= wanted ? largest : owner;
     if (from === undefined || from.finished.size === 0) return undefined;
-    // Resumed where the last eviction stopped: every entry before it is gone, and a fresh
-    // iterator would step over each deleted slot the Map keeps at its head until it rehashes.
+    // Resumed where the last eviction stopped: a fresh iterator would step over every deleted entry before it.
     let next = (from.oldest ??= from.finished.entries()).next();
     if (next.done === true) next = (from.oldest = from.finished.entries()).next();
     return next.value;

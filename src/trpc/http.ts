@@ -68,7 +68,7 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
       value = typeof raw === 'string' ? raw : undefined;
     }
     // Node joins repeated values with ", ": a value without a comma was sent once, and
-    // headersDistinct (built for every header on first read) need not be consulted.
+    // headersDistinct (built for every header on first read) is left alone.
     if (value?.includes(',')) {
       const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)
         ?.headersDistinct?.[name];

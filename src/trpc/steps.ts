@@ -3,9 +3,8 @@ import { signalGetter } from '../core/signal-getter.js';
 import type { IdempotencySteps } from '../core/steps.js';
 import type { RunOptions } from '../core/types.js';
 
-// The resolver's `signal` is the claim's, read through so that it is made only
-// for a resolver that reads it (see signalGetter). The run it is read from is
-// what `steps(opts)` finds.
+// The resolver's `signal` is the claim's, read through (see signalGetter) from
+// the run that `steps(opts)` finds.
 const withRunSignal = signalGetter((run: RunOptions) => run.signal);
 
 /** The resolver's options with the claim's signal in place of the request's. */
