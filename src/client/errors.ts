@@ -111,9 +111,7 @@ export function getHttpStatus(error: unknown): number | undefined {
  * How long the server asked to wait before a retry, in ms: from
  * `data.idempotency.retryAfter`, else from the `Retry-After` header (seconds
  * or an HTTP date) of a 409, 429 or 503, else, for the layer's in-flight 409,
- * from its message ("... Retry with the same key after 1 s."), which reaches
- * the client where neither of the others can (a streamed batch, a context
- * without response headers, an app's own error formatter).
+ * from its message ("... Retry with the same key after 1 s.").
  */
 export function getRetryAfterMs(error: unknown, now: number = Date.now()): number | undefined {
   const seconds = getIdempotencyErrorData(error)?.retryAfter;
@@ -151,9 +149,7 @@ export function isAbortError(error: unknown): boolean {
  *   `response_too_large`: the procedure ran, nothing was stored, a retry
  *   would run it again);
  * - else the status: {@link RETRYABLE_STATUSES}, a 409 only when it is the
- *   layer's in-flight answer: it has a Retry-After header, or, where headers
- *   cannot carry one (a streamed batch, a context without response headers),
- *   its message begins with the layer's in-flight sentence;
+ *   layer's in-flight answer (a Retry-After header, or its in-flight message);
  * - no status (network failure, timeout, an unreadable answer): retried, since
  *   nothing definitive came back. An abort is never retried.
  */

@@ -75,11 +75,7 @@ export function inProgressError(retryAfter: number, why?: string): IdempotencyEr
   );
 }
 
-/**
- * The seconds an in-flight message written by {@link inProgressError} asks
- * to wait, or undefined for any other message. The client reads them where
- * neither `data.idempotency` nor a `Retry-After` header reached it.
- */
+/** The seconds an in-flight message written by {@link inProgressError} asks to wait, or undefined for any other message. */
 export function retryAfterOfMessage(message: string): number | undefined {
   if (!message.startsWith(IN_PROGRESS_MESSAGE)) return undefined;
   const after = /Retry with the same key after (\d+(?:\.\d+)?) s\.$/.exec(message);

@@ -14,9 +14,8 @@ const MAX_SUBSCRIBED_POLL_MS = 5_000;
  * `inFlight: 'wait'`: claims, and while another request holds the key with
  * the same payload, waits for it to settle, up to `waitTimeout`. Woken by the
  * store's notification when it has one, and polling with bounded, jittered
- * backoff in any case (a crashed holder sends nothing; its claim just expires):
- * 25 ms doubling to 1 s without notifications, 500 ms doubling to 5 s with
- * them, and always once more at the deadline.
+ * backoff in any case (a crashed holder sends nothing; its claim just expires),
+ * and always once more at the deadline.
  * Returns the last answer: the outcome to replay, the key (if the holder gave
  * it back), or `in_progress` when the wait is over.
  */
