@@ -70,9 +70,9 @@ export class TimerQueue {
     this.#timer.unref();
   }
 
-  // Entries due by the armed time fire (as their own Node.js timers would, the loop's clock trailing
-  // performance.now()), but only after setImmediate: timers run before the I/O poll, so after a busy loop
-  // a store answer that arrived in time would still sit unread and its timeout would blame the store.
+  // Entries due by now fire, and at least those due by the armed time (as their own Node.js timers would:
+  // the loop's clock may trail performance.now()). They fire after setImmediate: timers run before the I/O
+  // poll, so after a busy loop a store answer that arrived in time would still sit unread and time out.
   #run = (): void => {
     this.#limit = Math.max(performance.now(), this.#armedFor);
     setImmediate(this.#fireDue);

@@ -3,8 +3,7 @@ import { KeyedListeners } from './listeners.js';
 
 /**
  * Notifications that a record settled, for `inFlight: 'wait'`: one subscriber
- * connection (opened on the first wait, since a subscribed connection can run
- * nothing else), one channel, and the waiters of each record key.
+ * connection (opened on the first wait), one channel, and the waiters of each record key.
  */
 export function settledNotifications(client: Redis | Cluster, channel: string) {
   let subscriber: Redis | Cluster | undefined;

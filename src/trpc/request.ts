@@ -154,11 +154,7 @@ function refusedKey(
   return isIdempotencyErrorInstance(error) ? toTRPCError(error) : error;
 }
 
-/**
- * A scope must say whose key it is, or say explicitly (`null`) that the call
- * is unscoped: `undefined` (a missing `ctx.user?.id`), an empty string or an
- * object would silently put every caller in one scope.
- */
+/** A scope's value: an id, or `null` for a deliberately unscoped call (see the `scope` option for why nothing else). */
 function checkScope(value: unknown, path: string): string | undefined {
   if (value === null) return undefined;
   if (typeof value === 'string' && value !== '') return value;
