@@ -72,7 +72,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
   // What the engine knows of the store's clock, to put deadlines on claims.
   const clock = new StoreClock();
 
-  function timedOut(operation: Operation, timeout: number): Error {
+  function timeoutError(operation: Operation, timeout: number): Error {
     return storeFailure(
       'unavailable',
       new IdempotencyError(
@@ -105,7 +105,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
     const pending = start(send);
     options.sent?.(pending);
     try {
-      return await withTimeout(pending, timeout, () => timedOut(operation, timeout), started);
+      return await withTimeout(pending, timeout, () => timeoutError(operation, timeout), started);
     } catch (error) {
       if (options.late !== undefined) pending.then(options.late, noop);
       if (options.quiet !== true) report(attempt, operation, error, started);
