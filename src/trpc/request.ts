@@ -49,8 +49,6 @@ export function idempotentResolver(
 
   // initialized for request
   return async function idempotentResolver(opts: any) {
-    // Outside a protected call, a nested procedure must not see the caller's claim.
-    if (opts.type !== 'mutation') return currentRun.exit(() => resolver(opts));
     const { ctx, batchIndex, input, signal } = opts;
     const path: string = opts.path ?? '';
 
@@ -58,6 +56,7 @@ export function idempotentResolver(
       getKey === undefined ? headerKey(adapter, ctx, batchIndex, path) : getKey({ ctx, path, batchIndex, input });
     if (isThenable(raw)) raw = await raw;
     const key = keyOf(adapter, procedure.required, raw, batchIndex, path);
+    // Run without a key, it must not see the run of a mutation that called it (its transaction).
     if (key === undefined) return currentRun.exit(() => resolver(opts));
 
     let given: unknown = scope === undefined ? null : scope({ ctx, path });

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { count, eq } from 'drizzle-orm';
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
+import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { recordId } from '../../src/core.js';
@@ -19,6 +20,7 @@ import {
   memoryStore,
   withIdempotency,
 } from '../../src/index.js';
+import { redisStore } from '../../src/redis.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { createClient, rejectionOf, startServer, type TestServer } from '../helpers/trpc.js';
 
@@ -198,5 +200,86 @@ describe('transactional mode', () => {
     const first = await handle();
     expect(await handle()).toEqual({ value: first.value, replayed: true });
     expect(await chargesFor(key)).toBe(1);
+  });
+});
+
+/**
+ * A run nested in a transactional run (a mutation run without a key through a caller from its
+ * resolver, or an engine that runs its operation unprotected) must not see the outer transaction: its writes would
+ * commit or roll back with another operation's outcome.
+ */
+describe('a run nested in a transactional run does not see its transaction', () => {
+  /** 'tx' when `transactionOf` answered the outer transaction, else what it threw. */
+  function transactionSeen(store: ReturnType<typeof drizzleStore>, ctx?: object): string {
+    try {
+      store.transactionOf(ctx);
+      return 'tx';
+    } catch (error) {
+      return (error as Error).name;
+    }
+  }
+
+  interface NestedCaller {
+    unkeyedProbe(): Promise<string>;
+  }
+
+  function nestingApp() {
+    const store = drizzleStore({ db: pgs.db });
+    let createCaller: (ctx: object) => NestedCaller = () => {
+      throw new Error('called before the router was made');
+    };
+    const t = initTRPC.meta<IdempotencyMeta>().create({ errorFormatter: idempotencyErrorFormatter });
+    const idempotent = withIdempotency(t.procedure, { scope: 'global', store, lockTtl: 5_000 });
+    const router = t.router({
+      outer: idempotent.meta({ idempotency: { transaction: true } }).mutation(async ({ ctx }) => {
+        const outerSees = transactionSeen(store, ctx);
+        // The nested call's context carries no key: an optional mutation then runs without one.
+        const caller = createCaller({ req: { headers: {} } });
+        const nestedSees = await caller.unkeyedProbe();
+        return { outerSees, nestedSees };
+      }),
+      unkeyedProbe: idempotent
+        .meta({ idempotency: { required: false } })
+        .mutation(({ ctx }) => transactionSeen(store, ctx)),
+    });
+    createCaller = t.createCallerFactory(router);
+    return router;
+  }
+
+  it('a mutation without a key called from the resolver of a transactional mutation', async () => {
+    const server = await startServer(nestingApp());
+    servers.push(server);
+    const trpc = createClient<ReturnType<typeof nestingApp>>(server.url);
+    expect(await trpc.outer.mutate(undefined, { context: { key: randomUUID() } })).toEqual({
+      outerSees: 'tx',
+      nestedSees: 'IdempotencyConfigError',
+    });
+  });
+
+  it('an operation another engine runs unprotected (fail-open, its store down) inside a transactional run', async () => {
+    const store = drizzleStore({ db: pgs.db });
+    const outer = createIdempotencyEngine({ store, transaction: true });
+    // A real Redis client to a port nothing listens on, failing at once instead of queueing.
+    const down = new Redis({
+      port: 1,
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
+    down.on('error', () => {}); // its refusals reach the store as failures; the event is noise here
+    const inner = createIdempotencyEngine({ store: redisStore({ client: down }), onStoreError: 'fail-open' });
+    try {
+      const { value } = await outer.run({ key: randomUUID(), name: 'outer', payload: {} }, async () => {
+        const outerSees = transactionSeen(store);
+        const nested = await inner.run({ key: randomUUID(), name: 'inner', payload: {} }, async () =>
+          transactionSeen(store),
+        );
+        return { outerSees, innerSees: nested.value, innerReplayed: nested.replayed };
+      });
+      expect(value).toEqual({ outerSees: 'tx', innerSees: 'IdempotencyConfigError', innerReplayed: false });
+    } finally {
+      down.disconnect();
+    }
   });
 });
