@@ -40,8 +40,11 @@ export interface GuardedStore {
   /** The store's name, for messages. */
   readonly name: string;
   readonly savesSteps: boolean;
-  /** Claims the attempt's key (`waiting`: the caller will wait for a holder). */
-  claim(attempt: Attempt, waiting: boolean): Promise<Answer>;
+  /**
+   * Claims the attempt's key (`waiting`: the caller will wait for a holder).
+   * `quiet`: the caller answers a failure as something else, and reports that.
+   */
+  claim(attempt: Attempt, waiting: boolean, quiet?: boolean): Promise<Answer>;
   complete(attempt: Attempt, input: CompleteInput, options?: CallOptions<CompleteResult>): Promise<CompleteResult>;
   /** Gives the key back; false when the attempt no longer held it. */
   release(attempt: Attempt): Promise<boolean>;
@@ -119,13 +122,14 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
    * outage), the store changes nothing and it can never take the key from a
    * holder whose completion is on its way.
    */
-  async function claim(attempt: Attempt, waiting: boolean): Promise<Answer> {
+  async function claim(attempt: Attempt, waiting: boolean, quiet = false): Promise<Answer> {
     const { id, token, policy } = attempt;
     for (let tries = 1; ; tries++) {
       const sentAt = performance.timeOrigin + performance.now(); // engineTime(), and the timeout's start
       const deadline = clock.deadline(sentAt, policy.storeTimeout);
       const input = { id, fingerprint: attempt.fp, token, lockTtl: policy.lockTtl, waiting, deadline };
       const result = await guarded('claim', attempt, () => store.claim(input), {
+        quiet,
         // A claim that lands after we gave up (a store without deadlines, or one
         // answered just in time) must not keep the key for lockTtl: give it back.
         late: (answer) => {
@@ -145,7 +149,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
             'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.',
           ),
         );
-        report(attempt, 'claim', error, sentAt - performance.timeOrigin);
+        if (!quiet) report(attempt, 'claim', error, sentAt - performance.timeOrigin);
         throw error;
       }
     }

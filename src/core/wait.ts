@@ -51,10 +51,11 @@ export async function claimOrWait(
     for (;;) {
       notified = false;
       try {
-        result = await store.claim(attempt, true);
+        result = await store.claim(attempt, true, true);
       } catch {
         // The holder was seen running: a store failure now must not let
-        // this request run unprotected beside it (fail-open), so it gets 409.
+        // this request run unprotected beside it (fail-open), so it gets 409,
+        // and one check is reported, in_progress, not a failed claim too.
         return result;
       }
       if (result.state !== 'in_progress') return result;

@@ -292,12 +292,14 @@ describe('the claim while the operation runs', () => {
     await client.ping();
     const store = redisStore({ client, prefix });
     const holderEngine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }) });
+    const events: IdempotencyEvent[] = [];
     const waiter = createIdempotencyEngine({
       store,
       inFlight: 'wait',
       waitTimeout: 5_000,
       onStoreError: 'fail-open',
       storeTimeout: 200,
+      onEvent: (event) => events.push(event),
     });
     const input = { key: randomUUID(), name: 'pay', payload: {} };
     const release = gate();
@@ -312,6 +314,10 @@ describe('the claim while the operation runs', () => {
     await sleep(100);
     await proxy.close();
     expect(await waiting).toMatchObject({ reason: 'in_progress' });
+    // One check, answered 409: the failed claim behind it is not a second one (a failed claim counts as a check).
+    expect(events.filter((e) => e.result === 'in_progress' || e.operation === 'claim').map((e) => e.result)).toEqual([
+      'in_progress',
+    ]);
     release.open();
     await holder;
     expect(runs).toBe(1);
