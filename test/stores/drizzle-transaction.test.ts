@@ -7,7 +7,6 @@ import { randomUUID } from 'node:crypto';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { count, eq } from 'drizzle-orm';
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
-import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { recordId } from '../../src/core.js';
@@ -22,6 +21,7 @@ import {
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
+import { deadRedis } from '../helpers/redis.js';
 import { createClient, rejectionOf, startServer, type TestServer } from '../helpers/trpc.js';
 
 const charges = pgTable('charges', {
@@ -259,15 +259,7 @@ describe('a run nested in a transactional run does not see its transaction', () 
   it('an operation another engine runs unprotected (fail-open, its store down) inside a transactional run', async () => {
     const store = drizzleStore({ db: pgs.db });
     const outer = createIdempotencyEngine({ store, transaction: true });
-    // A real Redis client to a port nothing listens on, failing at once instead of queueing.
-    const down = new Redis({
-      port: 1,
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
-    down.on('error', () => {}); // its refusals reach the store as failures; the event is noise here
+    const down = deadRedis(); // a real client to a port nothing listens on
     const inner = createIdempotencyEngine({ store: redisStore({ client: down }), onStoreError: 'fail-open' });
     try {
       const { value } = await outer.run({ key: randomUUID(), name: 'outer', payload: {} }, async () => {
