@@ -2,40 +2,34 @@ import { is, sql } from 'drizzle-orm';
 import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError } from '../core/errors.js';
 import { describeValue } from '../core/options.js';
+import { PACKAGE_MIGRATIONS } from './drizzle-migrations.js';
 import { rowsOf } from './drizzle-statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
-function moduleUrl(): string {
-  // biome-ignore lint/suspicious/noTsIgnore: an error in the CommonJS build only, so @ts-expect-error fails the ESM one
-  // @ts-ignore ESM-only syntax: the CommonJS build (scripts/build.mjs) gives the URL from __filename instead
-  return import.meta.url;
+/** A migration to apply: this package's own, from the code or from the folder passed. */
+interface Migration {
+  readonly tag: string;
+  readonly when: number;
+  readonly hash: string;
+  readonly statements: readonly string[];
 }
 
-/**
- * This package's drizzle/ folder: the first one with a journal above this
- * module (src/stores/, dist/stores/ and dist/cjs/stores/ sit at different depths).
- */
-function packageMigrations(
-  modulePath: string,
-  exists: (path: string) => boolean,
-  join: (...parts: string[]) => string,
-): string {
-  let dir = join(modulePath, '..');
-  for (let up = 0; up < 4; up++, dir = join(dir, '..')) {
-    const folder = join(dir, 'drizzle');
-    if (exists(join(folder, 'meta', '_journal.json')) && exists(join(dir, 'package.json'))) return folder;
-  }
-  return join(modulePath, '..', '..', '..', 'drizzle');
-}
+// Drizzle's migrator splits a migration's file at these markers (drizzle-orm/migrator).
+const BREAKPOINT = '--> statement-breakpoint';
+
+const tagList = (migrations: readonly { tag: string }[]): string => migrations.map((m) => m.tag).join(', ');
 
 export interface MigrateIdempotencyKeysOptions {
   /**
-   * The folder of migrations to apply, as drizzle-kit writes it (with
-   * `meta/_journal.json`). Set it when a bundler has moved this module away
-   * from the package, since the default is found relative to the module. A
-   * relative path is taken from the working directory, as Drizzle's migrator does.
-   * @default the `drizzle/` folder shipped in this package (`node_modules/trpc-idempotency/drizzle`)
+   * A folder to read this package's migrations from instead of the code, as
+   * drizzle-kit writes it (`meta/_journal.json` and one SQL file per entry):
+   * `node_modules/trpc-idempotency/drizzle`, of this version or a later one.
+   * It must begin with this version's migrations, unchanged (same tags,
+   * `when` and SQL); later entries are applied after them. Any other folder
+   * (your application's own `drizzle/`) is refused. A relative path is taken
+   * from the working directory, as Drizzle's migrator does.
+   * @default the migrations carried in this package's code (the same as its `drizzle/` folder)
    */
   migrationsFolder?: string | URL;
   /**
@@ -46,7 +40,7 @@ export interface MigrateIdempotencyKeysOptions {
   migrationsSchema?: string;
   /**
    * The table of the migrations journal: keep it apart from your application's
-   * `__drizzle_migrations`, whose timestamps would hide this package's migrations.
+   * `__drizzle_migrations`. It holds only this package's migrations.
    * @default '__trpc_idempotency_migrations'
    */
   migrationsTable?: string;
@@ -84,9 +78,122 @@ function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown
 }
 
 /**
+ * This package's migrations, read from `folder`, which must begin with this
+ * version's (PACKAGE_MIGRATIONS): a folder of other migrations is never applied.
+ */
+async function folderMigrations(migrationsFolder: string | URL): Promise<readonly Migration[]> {
+  // Node-only modules are loaded here, not at the top: the store in this entry also runs where there is no file system.
+  const [{ existsSync, readFileSync }, { join }, { fileURLToPath }, { readMigrationFiles }] = await Promise.all([
+    import('node:fs'),
+    import('node:path'),
+    import('node:url'),
+    import('drizzle-orm/migrator'),
+  ]);
+  const folder = typeof migrationsFolder === 'string' ? migrationsFolder : fileURLToPath(migrationsFolder);
+  const journalPath = join(folder, 'meta', '_journal.json');
+  if (!existsSync(journalPath)) {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: ${folder} holds no migrations (meta/_journal.json is missing). Point \`migrationsFolder\` at trpc-idempotency's drizzle/ folder, or leave it out: this package carries its migrations in its code.`,
+    );
+  }
+  let migrations: Migration[];
+  try {
+    const entries = (JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: { tag: string }[] }).entries;
+    migrations = readMigrationFiles({ migrationsFolder: folder }).map((m, i) => ({
+      tag: String(entries[i]?.tag),
+      when: m.folderMillis,
+      hash: m.hash,
+      statements: m.sql,
+    }));
+  } catch (error) {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: the migrations in ${folder} cannot be read: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
+  }
+  for (const [i, own] of PACKAGE_MIGRATIONS.entries()) {
+    const found = migrations[i];
+    if (found?.hash === own.hash && found.when === own.when) continue;
+    const what =
+      found === undefined
+        ? `it ends before ${own.tag}`
+        : found.tag === own.tag
+          ? `its ${own.tag} differs from this version's (another SQL text or \`when\`)`
+          : `its entry ${i} is ${found.tag}, where this package has ${own.tag}`;
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: ${folder} is not trpc-idempotency's migrations folder, or not of this version: ${what}. \`migrationsFolder\` must begin with this version's migrations (${tagList(PACKAGE_MIGRATIONS)}), unchanged, and may add later ones of this package; your application's own migrations are not applied here. Leave it out to apply the migrations carried in this package's code.`,
+    );
+  }
+  return migrations;
+}
+
+/** A journal's name as SQL writes it, for messages. */
+const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
+
+/**
+ * What to apply, from the journal's rows: the package's migrations after the
+ * ones it records. A row is one of the package's migrations when its hash or
+ * its `created_at` is that migration's (Drizzle's migrator identifies a
+ * migration by `created_at`). Throws, before anything is applied, when the
+ * journal holds a row of no package migration (an application's migration,
+ * recorded here by earlier versions when a bundle found the application's
+ * drizzle/ folder), unless it comes after all of this version's migrations,
+ * all recorded, as a later version's would after a rollback; and when it
+ * records a migration but not an earlier one.
+ */
+function pending(
+  migrations: readonly Migration[],
+  rows: readonly Record<string, unknown>[],
+  journalName: string,
+): readonly Migration[] {
+  const recorded = new Set<number>();
+  const foreign: { id: string; createdAt: number | undefined; hash: string }[] = [];
+  for (const row of rows) {
+    const createdAt = row.created_at === null || row.created_at === undefined ? undefined : Number(row.created_at);
+    const index = migrations.findIndex((m) => m.hash === row.hash || m.when === createdAt);
+    if (index >= 0) recorded.add(index);
+    else foreign.push({ id: String(row.id), createdAt, hash: String(row.hash) });
+  }
+  let done = 0;
+  while (recorded.has(done)) done++;
+  const missing = migrations.slice(done);
+  const latest = Math.max(...recorded);
+  if (foreign.length === 0 && latest > done) {
+    const [skipped, later] = [migrations[done]!, migrations[latest]!];
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: the journal ${journalName} records ${later.tag} but not the earlier ${skipped.tag}: it was edited by hand or by another tool. Nothing was applied. If the database has what ${skipped.tag} creates, record it (insert into ${journalName} (hash, created_at) values ('${skipped.hash}', ${skipped.when})); otherwise delete the later entries and what they created. Then call migrateIdempotencyKeys again.`,
+    );
+  }
+  if (foreign.length === 0) return missing;
+  const newest = migrations.at(-1)?.when ?? Number.NEGATIVE_INFINITY;
+  const lastOwnId = Math.max(
+    ...rows.filter((r) => !foreign.some((f) => f.id === String(r.id))).map((r) => Number(r.id)),
+    Number.NEGATIVE_INFINITY,
+  );
+  const fromLaterVersion = (f: (typeof foreign)[number]) =>
+    f.createdAt !== undefined && f.createdAt > newest && Number(f.id) > lastOwnId;
+  if (missing.length === 0 && foreign.every(fromLaterVersion)) return [];
+  const n = foreign.length;
+  const entries = foreign
+    .map((f) => `id ${f.id} (created_at ${f.createdAt ?? 'null'}, hash ${f.hash.slice(0, 12)}...)`)
+    .join(', ');
+  const them = n === 1 ? 'it' : 'them';
+  throw new IdempotencyConfigError(
+    `migrateIdempotencyKeys: the journal ${journalName} holds ${n} ${n === 1 ? 'entry that is' : 'entries that are'} not one of trpc-idempotency's migrations: ${entries}` +
+      (missing.length > 0
+        ? `; this package's ${tagList(missing)} ${missing.length === 1 ? 'is' : 'are'} not recorded`
+        : `, before or among this package's own`) +
+      `. Nothing was applied. Versions up to 0.2.0, bundled into an application, could apply the application's own drizzle/ migrations and record them here. Check that ${n === 1 ? 'it is' : 'they are'} your application's (applied, and recorded by your own migrator), delete ${them} from this journal (delete from ${journalName} where id in (${foreign.map((f) => f.id).join(', ')})), then call migrateIdempotencyKeys again: it applies this package's migrations that are not recorded.`,
+  );
+}
+
+/**
  * Creates or updates the `idempotency_keys` table with this package's
- * migrations; call it at startup, before the first request. Safe when several
- * replicas start together: every caller takes one PostgreSQL advisory lock
+ * migrations, carried in its code; call it at startup, before the first
+ * request. It reads no folder unless you pass `migrationsFolder`, so a bundle
+ * applies the same migrations as the installed package, never your
+ * application's. Safe when several replicas start together: every caller
+ * takes one PostgreSQL advisory lock
  * (`pg_advisory_xact_lock(8390892628016915821)`, one per database) in a
  * transaction at READ COMMITTED (whatever `default_transaction_isolation`
  * says) that creates the journal, reads it, applies the missing migrations
@@ -95,9 +202,15 @@ function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown
  * several run at once.
  *
  * The journal has the format of Drizzle's migrator (`id serial`, `hash text`,
- * `created_at bigint`) and the same rule (apply what is newer than the last
- * row), so a database migrated by `migrate(db, { migrationsFolder, migrationsTable:
- * '__trpc_idempotency_migrations' })` is recognised and not migrated twice.
+ * `created_at bigint`, a migration recorded as the SHA-256 of its file and its
+ * `when`), so a database migrated by `migrate(db, { migrationsFolder:
+ * 'node_modules/trpc-idempotency/drizzle', migrationsTable:
+ * '__trpc_idempotency_migrations' })` is recognised and not migrated twice, and
+ * the other way round. It applies the package's migrations after the last one
+ * it records. It holds only this package's migrations: a row of any other
+ * (versions up to 0.2.0 could record an application's there) is reported with
+ * `IdempotencyConfigError`, and nothing is applied, unless it comes after all
+ * of this version's, as a later version's migration would after a rollback.
  * The table is created in the first schema of the connection's `search_path`.
  *
  * Works on any Drizzle PostgreSQL database with interactive transactions
@@ -108,7 +221,8 @@ function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown
  * import { migrateIdempotencyKeys } from 'trpc-idempotency/drizzle';
  * await migrateIdempotencyKeys(db);
  *
- * @throws IdempotencyConfigError for a bad `db` or option, or a folder without migrations.
+ * @throws IdempotencyConfigError for a bad `db` or option, a `migrationsFolder`
+ * that is not this package's, or a journal that holds other migrations.
  */
 export async function migrateIdempotencyKeys(
   db: AnyPgDatabase,
@@ -140,35 +254,22 @@ export async function migrateIdempotencyKeys(
   const schema = identifier('migrationsSchema', options.migrationsSchema, 'drizzle');
   const table = identifier('migrationsTable', options.migrationsTable, '__trpc_idempotency_migrations');
   const { migrationsFolder } = options;
-  const given = migrationsFolder !== undefined;
   if (
-    given &&
+    migrationsFolder !== undefined &&
     !(typeof migrationsFolder === 'string' && migrationsFolder.length > 0) &&
     !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')
   ) {
     throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL, got ${describeValue(migrationsFolder)}. Leave it out to use this package's drizzle/ folder.`,
+      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL, got ${describeValue(migrationsFolder)}. Leave it out to apply the migrations carried in this package's code.`,
     );
   }
 
-  // Node-only modules are loaded here, not at the top: the store in this entry also runs where there is no file system.
-  const [{ existsSync }, { join }, { fileURLToPath }, { readMigrationFiles }] = await Promise.all([
-    import('node:fs'),
-    import('node:path'),
-    import('node:url'),
-    import('drizzle-orm/migrator'),
-  ]);
-  const source = migrationsFolder ?? packageMigrations(fileURLToPath(moduleUrl()), existsSync, join);
-  const folder = typeof source === 'string' ? source : fileURLToPath(source);
-  if (!existsSync(join(folder, 'meta', '_journal.json'))) {
-    throw new IdempotencyConfigError(
-      given
-        ? `migrateIdempotencyKeys: ${folder} holds no migrations (meta/_journal.json is missing). Point \`migrationsFolder\` at trpc-idempotency's drizzle/ folder, or leave it out.`
-        : `migrateIdempotencyKeys: this package's migrations were not found at ${folder} (a bundler may have moved this module). Pass \`migrationsFolder\`: the path of node_modules/trpc-idempotency/drizzle.`,
-    );
-  }
-  const migrations = readMigrationFiles({ migrationsFolder: folder });
+  const migrations =
+    migrationsFolder === undefined
+      ? PACKAGE_MIGRATIONS.map((m) => ({ tag: m.tag, when: m.when, hash: m.hash, statements: m.sql.split(BREAKPOINT) }))
+      : await folderMigrations(migrationsFolder);
   const journal = sql`${sql.identifier(schema)}.${sql.identifier(table)}`;
+  const journalName = `${quoted(schema)}.${quoted(table)}`;
 
   return db.transaction(
     async (tx) => {
@@ -195,20 +296,13 @@ export async function migrateIdempotencyKeys(
           sql`create table if not exists ${journal} (id serial primary key, hash text not null, created_at bigint)`,
         );
       }
-      // Drizzle's rule: apply each migration newer than the last recorded one.
-      const [last] = rowsOf(
-        await tx.execute(sql`select created_at from ${journal} order by created_at desc nulls last limit 1`),
-      );
-      const lastMillis = last === undefined || last.created_at === null ? undefined : Number(last.created_at);
+      const rows = rowsOf(await tx.execute(sql`select id, hash, created_at from ${journal} order by id`));
       let applied = 0;
-      for (const migration of migrations) {
-        if (lastMillis !== undefined && lastMillis >= migration.folderMillis) continue;
-        for (const statement of migration.sql) {
+      for (const migration of pending(migrations, rows, journalName)) {
+        for (const statement of migration.statements) {
           if (statement.trim() !== '') await tx.execute(sql.raw(statement));
         }
-        await tx.execute(
-          sql`insert into ${journal} (hash, created_at) values (${migration.hash}, ${migration.folderMillis})`,
-        );
+        await tx.execute(sql`insert into ${journal} (hash, created_at) values (${migration.hash}, ${migration.when})`);
         applied++;
       }
       return { applied };

@@ -1,12 +1,15 @@
 /**
  * migrateIdempotencyKeys: replicas that migrate one fresh database at the same
  * moment (each with its own pool, at every default isolation level), a
- * database migrated earlier by drizzle-orm's migrator, PGlite, bad options.
+ * database migrated earlier by drizzle-orm's migrator, a journal holding
+ * other migrations, a migrationsFolder that is not this package's, PGlite,
+ * bad options. Bundled applications: drizzle-migrate-bundled.test.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { sql } from 'drizzle-orm';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
@@ -268,6 +271,176 @@ describe('a database migrated earlier by drizzle-orm’s migrator', () => {
   });
 });
 
+describe('a journal that holds what is not this package’s migrations', () => {
+  const PACKAGE = readMigrationFiles({ migrationsFolder: MIGRATIONS });
+
+  /** A fresh database whose journal holds `rows`, as another tool or an earlier version left it. */
+  async function withJournal(rows: [hash: string, createdAt: number][]): Promise<Fresh> {
+    const fresh = await new Fresh().create();
+    await admin(`create schema "${fresh.journal}"`);
+    await admin(
+      `create table "${fresh.journal}"."${MIGRATIONS_TABLE}" (id serial primary key, hash text not null, created_at bigint)`,
+    );
+    for (const [hash, createdAt] of rows) {
+      await admin(`insert into "${fresh.journal}"."${MIGRATIONS_TABLE}" (hash, created_at) values ($1, $2)`, [
+        hash,
+        createdAt,
+      ]);
+    }
+    return fresh;
+  }
+
+  async function refused(fresh: Fresh, options: { migrationsFolder?: string } = {}): Promise<string> {
+    const before = await fresh.journalRows();
+    const error = await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options(options)).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(IdempotencyConfigError);
+    expect(await fresh.journalRows()).toEqual(before);
+    expect(
+      await admin(`select 1 from pg_tables where schemaname = $1 and tablename = 'idempotency_keys'`, [fresh.schema]),
+    ).toHaveLength(0);
+    return (error as Error).message;
+  }
+
+  it('an application’s entry newer than the package’s, as versions up to 0.2.0 recorded it when bundled: refused, with what to delete, also with migrationsFolder', async () => {
+    const fresh = await withJournal([['app-hash', 1_900_000_000_000]]);
+    try {
+      for (const options of [{}, { migrationsFolder: MIGRATIONS }]) {
+        const message = await refused(fresh, options);
+        expect(message).toMatch(
+          /holds 1 entry that is not one of trpc-idempotency's migrations: id 1 \(created_at 1900000000000, hash app-hash\.\.\.\); this package's 0000_idempotency_keys, 0001_idempotency_steps are not recorded\. Nothing was applied\./,
+        );
+        expect(message).toContain(`delete from "${fresh.journal}"."${MIGRATIONS_TABLE}" where id in (1)`);
+      }
+      await admin(`delete from "${fresh.journal}"."${MIGRATIONS_TABLE}" where id in (1)`);
+      expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({
+        applied: MIGRATIONS_COUNT,
+      });
+      await expectMigrated(fresh);
+    } finally {
+      await fresh.drop();
+    }
+  });
+
+  it('an application’s entry before the package’s (the package’s applied after it through migrationsFolder): refused too', async () => {
+    const fresh = await withJournal([
+      ['app-hash', 1_700_000_000_000],
+      ...PACKAGE.map((m): [string, number] => [m.hash, m.folderMillis]),
+    ]);
+    try {
+      expect(await refused(fresh)).toMatch(
+        /holds 1 entry that is not one of trpc-idempotency's migrations: id 1 .*, before or among this package's own\. Nothing was applied\./,
+      );
+    } finally {
+      await fresh.drop();
+    }
+  });
+
+  it('a later version’s migration after all of this version’s (a rollback): accepted, nothing applied', async () => {
+    const fresh = await new Fresh().create();
+    try {
+      await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options());
+      await admin(`insert into "${fresh.journal}"."${MIGRATIONS_TABLE}" (hash, created_at) values ($1, $2)`, [
+        'later-version-hash',
+        PACKAGE.at(-1)!.folderMillis + 1_000,
+      ]);
+      const before = await fresh.journalRows();
+      expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({ applied: 0 });
+      expect(await fresh.journalRows()).toEqual(before);
+    } finally {
+      await fresh.drop();
+    }
+  });
+
+  it('a later migration recorded without an earlier one: refused, naming both', async () => {
+    const fresh = await withJournal([[PACKAGE[1]!.hash, PACKAGE[1]!.folderMillis]]);
+    try {
+      expect(await refused(fresh)).toMatch(
+        /records 0001_idempotency_steps but not the earlier 0000_idempotency_keys: it was edited by hand or by another tool\. Nothing was applied\./,
+      );
+    } finally {
+      await fresh.drop();
+    }
+  });
+
+  it('a migration recorded by its `when` under another hash (Drizzle’s migrator identifies it so) is this package’s', async () => {
+    const fresh = await withJournal([[`crlf-${PACKAGE[0]!.hash}`, PACKAGE[0]!.folderMillis]]);
+    try {
+      expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({
+        applied: MIGRATIONS_COUNT - 1,
+      });
+      // 0000 is taken as applied: only 0001's table is created.
+      expect(
+        await admin(`select tablename from pg_tables where schemaname = $1 order by tablename`, [fresh.schema]),
+      ).toEqual([{ tablename: 'idempotency_steps' }]);
+    } finally {
+      await fresh.drop();
+    }
+  });
+});
+
+describe('migrationsFolder', () => {
+  let client: PGlite;
+  const folders: string[] = [];
+  beforeAll(() => {
+    client = new PGlite();
+  });
+  afterAll(async () => {
+    await client?.close();
+    for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+  });
+
+  /** A copy of drizzle/, changed by `edit`. */
+  function copy(edit: (folder: string, journal: { entries: { tag: string; when: number }[] }) => void): string {
+    const folder = mkdtempSync(join(tmpdir(), 'idem-migrations-'));
+    folders.push(folder);
+    cpSync(MIGRATIONS, folder, { recursive: true });
+    const journalPath = join(folder, 'meta', '_journal.json');
+    const journal = JSON.parse(readFileSync(journalPath, 'utf8'));
+    edit(folder, journal);
+    writeFileSync(journalPath, JSON.stringify(journal));
+    return folder;
+  }
+
+  it.each([
+    [
+      'an application’s folder',
+      () => fileURLToPath(new URL('../../example-app/drizzle', import.meta.url)),
+      /is not trpc-idempotency's migrations folder, or not of this version: its entry 0 is 0000_ledger, where this package has 0000_idempotency_keys\. `migrationsFolder` must begin with this version's migrations \(0000_idempotency_keys, 0001_idempotency_steps\), unchanged/,
+    ],
+    [
+      'an older version’s folder',
+      () => copy((_folder, journal) => journal.entries.splice(1)),
+      /or not of this version: it ends before 0001_idempotency_steps\./,
+    ],
+    [
+      'a folder whose migration was edited',
+      () =>
+        copy((folder) =>
+          writeFileSync(
+            join(folder, '0001_idempotency_steps.sql'),
+            `${readFileSync(join(folder, '0001_idempotency_steps.sql'), 'utf8')}\n-- edited`,
+          ),
+        ),
+      /or not of this version: its 0001_idempotency_steps differs from this version's/,
+    ],
+    [
+      'a folder whose SQL file is missing',
+      () => copy((folder) => rmSync(join(folder, '0001_idempotency_steps.sql'))),
+      /the migrations in .* cannot be read: No file .*0001_idempotency_steps\.sql found/,
+    ],
+  ])('refuses %s, before touching the database', async (_name, folder, message) => {
+    const error = await migrateIdempotencyKeys(drizzlePglite(client), { migrationsFolder: folder() }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(IdempotencyConfigError);
+    expect((error as Error).message).toMatch(message);
+    const { rows } = await client.query(`select 1 from pg_namespace where nspname = 'drizzle'`);
+    expect(rows).toHaveLength(0);
+  });
+});
+
 describe('PGlite', () => {
   let client: PGlite;
   beforeAll(() => {
@@ -277,7 +450,7 @@ describe('PGlite', () => {
     await client?.close();
   });
 
-  it('migrates with every default (the drizzle schema, the package’s own folder), once, and the store works', async () => {
+  it('migrates with every default (the drizzle schema, the migrations in the code), once, and the store works', async () => {
     const db = drizzlePglite(client);
     const results = await Promise.all([
       migrateIdempotencyKeys(db),

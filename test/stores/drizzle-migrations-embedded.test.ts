@@ -1,0 +1,86 @@
+/**
+ * src/stores/drizzle-migrations.ts carries the migrations of drizzle/ in the code, so that
+ * migrateIdempotencyKeys needs no folder (a bundle has moved the code away from it): it must be
+ * what Drizzle's migrator reads from drizzle/, entry for entry (tag, `when`, hash, SQL text).
+ * When drizzle-kit has generated a migration, write the module again with
+ * `UPDATE_EMBEDDED_MIGRATIONS=1 npx vitest run test/stores/drizzle-migrations-embedded.test.ts`.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
+import { describe, expect, it } from 'vitest';
+import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
+import { MIGRATIONS } from '../helpers/postgres.js';
+
+const MODULE = fileURLToPath(new URL('../../src/stores/drizzle-migrations.ts', import.meta.url));
+
+/** drizzle/ as Drizzle's migrator reads it, with each entry's tag from the journal. */
+function folder() {
+  const journal = JSON.parse(readFileSync(join(MIGRATIONS, 'meta', '_journal.json'), 'utf8')) as {
+    entries: { tag: string; when: number }[];
+  };
+  const read = readMigrationFiles({ migrationsFolder: MIGRATIONS });
+  return journal.entries.map((entry, i) => ({
+    tag: entry.tag,
+    when: read[i]!.folderMillis,
+    hash: read[i]!.hash,
+    sql: readFileSync(join(MIGRATIONS, `${entry.tag}.sql`), 'utf8'),
+  }));
+}
+
+/** A string literal as Biome writes it here: single quotes, one line. */
+function literal(text: string): string {
+  const escaped = text
+    .replaceAll('\\', '\\\\')
+    .replaceAll("'", "\\'")
+    .replaceAll('\r', '\\r')
+    .replaceAll('\n', '\\n')
+    .replaceAll('\t', '\\t');
+  return `'${escaped}'`;
+}
+
+function moduleText(): string {
+  const entries = folder().map(
+    (m) =>
+      `  {\n    tag: ${literal(m.tag)},\n    when: ${m.when},\n    hash: ${literal(m.hash)},\n    sql: ${literal(m.sql)},\n  },\n`,
+  );
+  return `// Generated from drizzle/ (meta/_journal.json and each migration's SQL file): do not edit. After drizzle-kit
+// generates a migration, write it again with
+// UPDATE_EMBEDDED_MIGRATIONS=1 npx vitest run test/stores/drizzle-migrations-embedded.test.ts
+// (that test fails while this file and drizzle/ differ).
+
+/** One of this package's migrations, as Drizzle's migrator reads it from drizzle/. */
+export interface PackageMigration {
+  /** Its name in the journal, and its file's name in drizzle/ without \`.sql\`. */
+  readonly tag: string;
+  /** The journal's \`when\`, recorded as \`created_at\`. */
+  readonly when: number;
+  /** The SHA-256 of the file, in hex, recorded as \`hash\`. */
+  readonly hash: string;
+  /** The file's text: statements separated by \`--> statement-breakpoint\`. */
+  readonly sql: string;
+}
+
+/** This package's migrations, oldest first: what drizzle/ holds. */
+export const PACKAGE_MIGRATIONS: readonly PackageMigration[] = [
+${entries.join('')}];
+`;
+}
+
+describe('the migrations carried in the code', () => {
+  it('are drizzle/’s, entry for entry', () => {
+    if (process.env.UPDATE_EMBEDDED_MIGRATIONS === '1') writeFileSync(MODULE, moduleText());
+    expect(PACKAGE_MIGRATIONS.map((m) => ({ ...m }))).toEqual(folder());
+    expect(readFileSync(MODULE, 'utf8')).toBe(moduleText());
+  });
+
+  it('has at least the two tables’ migrations, oldest first', () => {
+    expect(PACKAGE_MIGRATIONS.map((m) => m.tag).slice(0, 2)).toEqual([
+      '0000_idempotency_keys',
+      '0001_idempotency_steps',
+    ]);
+    const whens = PACKAGE_MIGRATIONS.map((m) => m.when);
+    expect(whens).toEqual([...whens].sort((a, b) => a - b));
+  });
+});
