@@ -163,7 +163,12 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
     release: (attempt) => guarded('release', attempt, () => store.release({ id: attempt.id, token: attempt.token })),
     extend: (attempt) =>
       guarded('extend', attempt, () =>
-        store.extend({ id: attempt.id, token: attempt.token, lockTtl: attempt.policy.lockTtl }),
+        store.extend({
+          id: attempt.id,
+          token: attempt.token,
+          lockTtl: attempt.policy.lockTtl,
+          fingerprint: attempt.fp,
+        }),
       ),
     saveStep: (attempt, input) => guarded('save_step', attempt, () => store.saveStep!(input)),
     async subscribe(attempt, listener) {

@@ -174,6 +174,7 @@ export class StepLog {
         name,
         body,
         ttl: policy.ttl,
+        lockTtl: policy.lockTtl,
       });
     } catch (error) {
       throw this.#unrecorded(name, 'the store did not record it', error);

@@ -133,6 +133,8 @@ export interface SaveStepInput {
    * this save: every step of the record lives as long as the last one.
    */
   ttl: number;
+  /** The claim's lifetime (the policy's `lockTtl`), for a store that recreates a claim it lost (see {@link ExtendInput.fingerprint}). */
+  lockTtl: number;
 }
 
 /**
@@ -151,6 +153,12 @@ export interface FencedInput {
 export interface ExtendInput extends FencedInput {
   /** The new claim lifetime from now, in milliseconds. */
   lockTtl: number;
+  /**
+   * The claim's fingerprint. A store that can tell it lost its data (the
+   * Redis store's `restartFence`) recreates the holder's claim with it
+   * instead of answering that the claim is gone.
+   */
+  fingerprint: string;
 }
 
 /**

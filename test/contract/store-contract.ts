@@ -105,8 +105,8 @@ export function describeStoreContract(
         claim(store, { id: done, token: 'z', fingerprint: 'other' }),
         store.release({ id: toRelease, token: 'r' }),
         store.release({ id: held, token: 'intruder' }),
-        store.extend({ id: toExtend, token: 'e', lockTtl: 10_000 }),
-        store.extend({ id: held, token: 'intruder', lockTtl: 10_000 }),
+        store.extend({ id: toExtend, token: 'e', lockTtl: 10_000, fingerprint: 'fp' }),
+        store.extend({ id: held, token: 'intruder', lockTtl: 10_000, fingerprint: 'fp' }),
         finish(toComplete, 'c', 'completed body'),
         finish(held, 'intruder', 'x'),
       ]);
@@ -177,7 +177,7 @@ export function describeStoreContract(
       await claim(store, { id: rec, token: 'holder' });
       expect(await complete(store, { id: rec, token: 'intruder', body: 'x' })).toBe('held');
       expect(await store.release({ id: rec, token: 'intruder' })).toBe(false);
-      expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK })).toBe(false);
+      expect(await store.extend({ id: rec, token: 'intruder', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
       expect(await claim(store, { id: rec, token: 'x' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp',
@@ -188,7 +188,7 @@ export function describeStoreContract(
       expect(await complete(store, { id: rec, token: 'holder', body: 'first' })).toBe('stored');
       expect(await complete(store, { id: rec, token: 'intruder', body: 'other' })).toBe('finished');
       expect(await store.release({ id: rec, token: 'holder' })).toBe(false);
-      expect(await store.extend({ id: rec, token: 'holder', lockTtl: LOCK })).toBe(false);
+      expect(await store.extend({ id: rec, token: 'holder', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
       expect(await claim(store, { id: rec, token: 'y' })).toMatchObject({
         body: 'first',
       });
@@ -212,7 +212,7 @@ export function describeStoreContract(
       expect(await claim(store, { id: rec, token: 'new' })).toEqual({
         state: 'acquired',
       });
-      expect(await store.extend({ id: rec, token: 'old', lockTtl: LOCK })).toBe(false);
+      expect(await store.extend({ id: rec, token: 'old', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
       expect(await complete(store, { id: rec, token: 'old', body: 'stale' })).toBe('held');
       expect(await store.release({ id: rec, token: 'old' })).toBe(false);
       expect(await complete(store, { id: rec, token: 'new', body: 'fresh' })).toBe('stored');
@@ -228,7 +228,7 @@ export function describeStoreContract(
       await claim(store, { id: rec, token: 'a' });
       for (let i = 0; i < 3; i++) {
         await advance(LOCK / 2);
-        expect(await store.extend({ id: rec, token: 'a', lockTtl: LOCK })).toBe(true);
+        expect(await store.extend({ id: rec, token: 'a', lockTtl: LOCK, fingerprint: 'fp' })).toBe(true);
       }
       // 1.5 x lockTtl after the claim, it is still held
       expect(await claim(store, { id: rec, token: 'b' })).toMatchObject({
@@ -257,7 +257,7 @@ export function describeStoreContract(
       const rec = id();
       await claim(store, { id: rec, token: 'late' });
       await advance(LOCK + 100);
-      expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK })).toBe(false);
+      expect(await store.extend({ id: rec, token: 'late', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
       // no one else holds the key or ran the operation: keeping its result beats running it again
       expect(await complete(store, { id: rec, token: 'late', body: 'kept' })).toBe('stored');
       expect(await claim(store, { id: rec, token: 'next' })).toEqual({
@@ -549,6 +549,7 @@ export function describeStoreContract(
           name: 'reserve',
           body: '{"r":1}',
           ttl: 60_000,
+          lockTtl: 10_000,
           ...input,
         });
 

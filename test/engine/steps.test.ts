@@ -283,7 +283,16 @@ describe('steps and the PostgreSQL store', () => {
     const store = drizzleStore({ db: live.postgres().db });
     const id = `:purge:${randomUUID()}`;
     await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
-    await store.saveStep!({ id, token: 't', fingerprint: 'fp', index: 0, name: 'a', body: '1', ttl: 100 });
+    await store.saveStep!({
+      id,
+      token: 't',
+      fingerprint: 'fp',
+      index: 0,
+      name: 'a',
+      body: '1',
+      ttl: 100,
+      lockTtl: 5_000,
+    });
     await sleep(200);
     expect(await store.purgeExpired()).toBeGreaterThanOrEqual(1);
     const left = await live

@@ -268,7 +268,16 @@ describe('memory store bounds', () => {
     await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: LONG });
     const before = store.bytes;
     const save = (index: number, ttl = 1_000) =>
-      store.saveStep!({ id, token: 't', fingerprint: 'fp', index, name: `s${index}`, body: 'y'.repeat(1_000), ttl });
+      store.saveStep!({
+        id,
+        token: 't',
+        fingerprint: 'fp',
+        index,
+        name: `s${index}`,
+        body: 'y'.repeat(1_000),
+        ttl,
+        lockTtl: LONG,
+      });
     expect(await save(0)).toBe('stored');
     expect(store.size).toBe(2); // the claim, and its steps
     expect(store.bytes).toBeGreaterThan(before + 1_000);
@@ -288,7 +297,16 @@ describe('memory store bounds', () => {
     // cleared with the outcome
     const next = recordId('steps', 'op', 'k2');
     await store.claim({ id: next, fingerprint: 'fp', token: 'n', lockTtl: LONG });
-    await store.saveStep!({ id: next, token: 'n', fingerprint: 'fp', index: 0, name: 's', body: '1', ttl: LONG });
+    await store.saveStep!({
+      id: next,
+      token: 'n',
+      fingerprint: 'fp',
+      index: 0,
+      name: 's',
+      body: '1',
+      ttl: LONG,
+      lockTtl: LONG,
+    });
     expect(store.size).toBe(4); // room for the steps: `other` gave its oldest record again
     expect(evicted).toEqual([recordId('other', 'op', 'k0'), recordId('other', 'op', 'k1')]);
     await store.complete({
