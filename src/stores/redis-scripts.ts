@@ -21,6 +21,12 @@ import { createHash } from 'node:crypto';
  * It outlives the record's claim (a release or an expiry keeps it), lives
  * for ttl after its last step, and is deleted by the completion that stores
  * the operation's outcome.
+ *
+ * The restart fence (`restartFence`, see FENCE below) is one more key the
+ * scripts read, given last in KEYS when the fence is on: a marker written once
+ * by `initialize()`, in the record's Cluster slot. Absent, it means the data
+ * set is new or was lost (an empty restart, a flush); its value is '0', or the
+ * time (ms, Redis's clock) at which a script found it missing.
  */
 
 export interface RedisScript {
@@ -33,7 +39,32 @@ function script(source: string): RedisScript {
 }
 
 /**
- * KEYS[1] record key, KEYS[2] its steps key
+ * The restart fence, shared by the scripts that can meet an absent record.
+ * `fenced(marker, now, window)` answers the time until which claims of absent
+ * records are refused, or nil when the store remembers. A missing marker means
+ * Redis lost what it held: the first script to see that writes `now` into it,
+ * so for `window` ms (the caller's lockTtl) from then an absent record may be
+ * one a holder still runs, whose renewal or completion has not landed yet.
+ */
+const FENCE = `
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local function fenced(marker, now, window)
+  local lost = redis.call('GET', marker)
+  if not lost then
+    redis.call('SET', marker, string.format('%d', now))
+    lost = now
+  end
+  local reopen = tonumber(lost) + window
+  if now < reopen then return reopen end
+  return nil
+end
+`;
+
+/**
+ * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
  * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
  * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
  * Returns {'p', fingerprint} when another claim is in flight; {state, fingerprint[, body]} when
@@ -42,11 +73,12 @@ function script(source: string): RedisScript {
  * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
  * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
  * A claim that takes the record gets its recorded steps too: {'a', time, steps hash as a flat list}.
+ * With the fence, a claim of an absent record while the fence is up takes nothing: {'r', time, reopen}.
  * A waiting claim (ARGV[4] '1') of another's in-progress record with its fingerprint (one with another
  * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
  * claim, however many waiters poll it and however often.
  */
-export const CLAIM = script(`
+export const CLAIM = script(`${FENCE}
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
 if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[1] == 'p' then
@@ -56,9 +88,12 @@ if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
   return {rec[1], rec[2], rec[3]}
 end
-local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local now = clock()
 if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
+if KEYS[3] and not rec[1] then
+  local reopen = fenced(KEYS[3], now, tonumber(ARGV[3]))
+  if reopen then return {'r', now, reopen} end
+end
 redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local steps = redis.call('HGETALL', KEYS[2])
@@ -67,16 +102,18 @@ return {'a', now}
 `);
 
 /**
- * KEYS[1] record key, KEYS[2] (only when the operation used steps) its steps key, deleted once stored
+ * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
  * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms),
  * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
- * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
+ * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one),
+ * ARGV[8] '1' if the operation used steps (they are deleted once the outcome is stored)
  * Stores the outcome if the token holds the claim, or if the record is gone (expired,
  * evicted, lost in a restart: no one else holds or ran it). The token stays on the record,
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
  * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
+ * With the fence, a completion that finds the record and the marker gone raises the fence.
  */
-export const COMPLETE = script(`
+export const COMPLETE = script(`${FENCE}
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] then
   if rec[2] ~= ARGV[1] then
@@ -85,10 +122,12 @@ if rec[1] then
   end
   if rec[1] ~= 'p' then return 1 end
   if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
+elseif KEYS[3] then
+  fenced(KEYS[3], clock(), 0)
 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if KEYS[2] then redis.call('DEL', KEYS[2]) end
+if ARGV[8] == '1' then redis.call('DEL', KEYS[2]) end
 if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1
 `);
@@ -107,30 +146,46 @@ return 1
 `);
 
 /**
- * KEYS[1] record key
- * ARGV[1] token, ARGV[2] lockTtl (ms)
+ * KEYS[1] record key, KEYS[2] the fence marker (only with `restartFence`)
+ * ARGV[1] token, ARGV[2] lockTtl (ms), ARGV[3] fingerprint
  * Returns 1 if renewed, 0 if the token no longer holds the claim.
+ * With the fence, a renewal that finds the record gone while the fence is up (or raises it)
+ * recreates the claim: Redis lost it, and no one else can have taken it in the meantime.
  */
-export const EXTEND = script(`
+export const EXTEND = script(`${FENCE}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
-if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+if rec[1] == 'p' and rec[2] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if rec[1] or not KEYS[2] or not fenced(KEYS[2], clock(), tonumber(ARGV[2])) then return 0 end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[3], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `);
 
 /**
- * KEYS[1] record key, KEYS[2] its steps key
+ * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
  * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] step index (from 0), ARGV[4] name, ARGV[5] body,
- * ARGV[6] ttl (ms)
+ * ARGV[6] ttl (ms), ARGV[7] lockTtl (ms)
  * Records step ARGV[3] if the token holds the live claim and the steps recorded end right before it.
  * Returns 1 if stored (or already there under the same name: a save sent twice), 0 if the token no
  * longer holds the claim, 2 if the recorded steps do not end right before it.
+ * With the fence, a save that finds the record gone while the fence is up recreates the claim, as
+ * EXTEND does. The steps recorded before the loss are gone with it: a step after them is not
+ * recorded (1 all the same: the run goes on, and only a retry after a crash of this holder too
+ * would run those steps again).
  */
-export const SAVE_STEP = script(`
+export const SAVE_STEP = script(`${FENCE}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
-if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local i = tonumber(ARGV[3])
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then
+  if rec[1] or not KEYS[3] or not fenced(KEYS[3], clock(), tonumber(ARGV[7])) then return 0 end
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  if i > n then return 1 end
+end
 if i < n then
   if redis.call('HGET', KEYS[2], 'k' .. ARGV[3]) == ARGV[4] then return 1 end
   return 2

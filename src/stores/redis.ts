@@ -12,8 +12,9 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import { fenceMarkers } from './redis-fence.js';
 import { settledNotifications } from './redis-notifications.js';
-import { type ScriptKeys, scriptRunner } from './redis-script-runner.js';
+import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './redis-script-runner.js';
 import { CLAIM, COMPLETE, EXTEND, RELEASE, SAVE_STEP } from './redis-scripts.js';
 
 export interface RedisStoreOptions {
@@ -29,6 +30,24 @@ export interface RedisStoreOptions {
    * @default 'idem:'
    */
   prefix?: string;
+  /**
+   * Refuse to take over absent keys for one lockTtl after Redis lost its data
+   * (an empty restart, a flush), so that operations still running store their
+   * outcomes before a retry could run them again: those claims answer 503.
+   * Redis tells by a marker that `initialize()` writes once; run it when the
+   * Redis is new, not at every start (docs/stores.md, "Durability").
+   * @default false
+   */
+  restartFence?: boolean;
+  /**
+   * Wait until this many replicas hold each claim, completion, renewal and
+   * step (Redis's `WAIT`, on the record's own node) before the operation runs
+   * or the answer goes out, so that a failover to a replica cannot lose them.
+   * Fewer replicas within `timeout` ms fails closed (503, nothing runs; a
+   * completion is tried again in the background). Keep `timeout` below the
+   * engine's `storeTimeout`. Unset: no wait.
+   */
+  waitForReplicas?: ReplicaAcks;
 }
 
 export interface RedisStore extends IdempotencyStore {
@@ -40,6 +59,14 @@ export interface RedisStore extends IdempotencyStore {
    * notifications, if any. Your client is left alone.
    */
   close(): Promise<void>;
+  /**
+   * Writes the restart fence's markers where they are missing (one, or one per
+   * slot on a Cluster) and answers how many it wrote. Run it once on a new
+   * Redis, as you run migrations: run at every start, it would tell a Redis
+   * that lost its data that it lost nothing. Without it, the fence's first
+   * claims on a new Redis wait one lockTtl.
+   */
+  initialize(): Promise<{ written: number }>;
 }
 
 const STATES = { c: 'completed', f: 'failed' } as const;
@@ -71,7 +98,7 @@ function parseSteps(flat: unknown): RecordedSteps {
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {
   // initialized config
-  const { client, prefix = 'idem:' } = options;
+  const { client, prefix = 'idem:', restartFence = false, waitForReplicas } = options;
   if (client === undefined || client === null || typeof (client as Redis).evalsha !== 'function') {
     throw configError(
       'redisStore',
@@ -84,14 +111,26 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       `prefix must be a string without braces (the store adds the hash tag), got ${describeValue(prefix)}.`,
     );
   }
+  if (typeof restartFence !== 'boolean') {
+    throw configError('redisStore', `restartFence must be true or false, got ${describeValue(restartFence)}.`);
+  }
+  if (waitForReplicas !== undefined) checkReplicaAcks(waitForReplicas);
   const channel = `${prefix}settled`;
   const keyOf = (id: string) => `${prefix}{${id}}`;
   const stepsKeyOf = (key: string) => `${key}:steps`;
 
-  const run = scriptRunner(client);
+  const run = scriptRunner(client, waitForReplicas);
   const notifications = settledNotifications(client, channel);
-  /** A script on a record key, and its steps key if given. */
-  const onKeys = (key: string, key2?: string): ScriptKeys => (key2 === undefined ? [1, key] : [2, key, key2]);
+  const markers = fenceMarkers(client, prefix);
+  /** A script's keys: a record key, its steps key if given, and the fence marker when the fence is on. */
+  const onKeys = (key: string, key2?: string): ScriptKeys => {
+    const keys: ScriptKeys = key2 === undefined ? [1, key] : [2, key, key2];
+    if (restartFence) {
+      keys.push(markers.of(key));
+      keys[0]++;
+    }
+    return keys;
+  };
 
   return {
     name: 'redis',
@@ -106,7 +145,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         deadline === undefined ? '' : Math.floor(deadline),
       ];
       const key = keyOf(id);
-      const reply = (await run(CLAIM, onKeys(key, stepsKeyOf(key)), args)) as [string, string | number, unknown?];
+      let reply: [string, string | number, unknown?];
+      try {
+        reply = (await run(CLAIM, onKeys(key, stepsKeyOf(key)), args, true)) as typeof reply;
+      } catch (error) {
+        // Taken on the primary only: give it back, so the retry is not held off for lockTtl.
+        const taken = error instanceof ReplicaAckError && (error.reply as unknown[] | undefined)?.[0] === 'a';
+        if (taken) void run(RELEASE, onKeys(key), [token, channel, key]).catch(() => {});
+        throw error;
+      }
       const state = reply[0];
       if (state === 'a') {
         return reply.length > 2
@@ -114,6 +161,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           : { state: 'acquired', time: reply[1] as number };
       }
       if (state === 'l') return { state: 'late', time: reply[1] as number };
+      if (state === 'r') throw fenceUp(reply[1] as number, reply[2] as number);
       if (state === 'p') return { state: 'in_progress', fingerprint: reply[1] as string };
       const finished = STATES[state as keyof typeof STATES];
       if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
@@ -124,30 +172,43 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
-      const reply = await run(COMPLETE, onKeys(key, clearSteps === true ? stepsKeyOf(key) : undefined), [
-        token,
-        state === 'completed' ? 'c' : 'f',
-        body,
-        Math.ceil(ttl),
-        channel,
-        fingerprint,
-        key,
-      ]);
+      const reply = await run(
+        COMPLETE,
+        onKeys(key, stepsKeyOf(key)),
+        [
+          token,
+          state === 'completed' ? 'c' : 'f',
+          body,
+          Math.ceil(ttl),
+          channel,
+          fingerprint,
+          key,
+          clearSteps === true ? '1' : '0',
+        ],
+        true,
+      );
       const result = COMPLETED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
       return result;
     },
 
-    async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
+    async saveStep({
+      id,
+      token,
+      fingerprint,
+      index,
+      name,
+      body,
+      ttl,
+      lockTtl,
+    }: SaveStepInput): Promise<SaveStepResult> {
       const key = keyOf(id);
-      const reply = await run(SAVE_STEP, onKeys(key, stepsKeyOf(key)), [
-        token,
-        fingerprint,
-        index,
-        name,
-        body,
-        Math.ceil(ttl),
-      ]);
+      const reply = await run(
+        SAVE_STEP,
+        onKeys(key, stepsKeyOf(key)),
+        [token, fingerprint, index, name, body, Math.ceil(ttl), Math.ceil(lockTtl)],
+        true,
+      );
       const result = SAVED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a step.`);
       return result;
@@ -158,12 +219,49 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       return (await run(RELEASE, onKeys(key), [token, channel, key])) === 1;
     },
 
-    async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
-      return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl)])) === 1;
+    async extend({ id, token, lockTtl, fingerprint }: ExtendInput): Promise<boolean> {
+      return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl), fingerprint], true)) === 1;
     },
 
     onSettled: (id: string, listener: () => void) => notifications.listen(keyOf(id), listener),
 
     close: () => notifications.close(),
+
+    async initialize() {
+      let written = 0;
+      const all = markers.all();
+      // In chunks, so a Cluster's 16384 markers never sit in one queue at once.
+      for (let i = 0; i < all.length; i += 512) {
+        const replies = await Promise.all(all.slice(i, i + 512).map((marker) => client.set(marker, '0', 'NX')));
+        written += replies.filter((reply) => reply === 'OK').length;
+      }
+      return { written };
+    },
   };
+}
+
+function checkReplicaAcks(acks: ReplicaAcks): void {
+  const { replicas, timeout } = (acks ?? {}) as Partial<ReplicaAcks>;
+  if (!Number.isInteger(replicas) || (replicas as number) < 1) {
+    throw configError(
+      'redisStore',
+      `waitForReplicas.replicas must be a whole number of at least 1, got ${describeValue(replicas)}.`,
+    );
+  }
+  if (!Number.isInteger(timeout) || (timeout as number) < 1) {
+    throw configError(
+      'redisStore',
+      `waitForReplicas.timeout must be a whole number of milliseconds of at least 1 (WAIT's 0 would wait forever), got ${describeValue(timeout)}.`,
+    );
+  }
+}
+
+/** A claim the restart fence refused: it fails closed (503 whatever onStoreError says), and says until when. */
+function fenceUp(time: number, reopen: number): Error {
+  return new Error(
+    `redisStore: Redis has lost its data (an empty restart or a flush: the restart fence's marker is missing), ` +
+      `so claims of keys it does not hold are refused for ${Math.max(0, reopen - time)} ms more, until ` +
+      `${new Date(reopen).toISOString()}, while operations that were running store their outcomes. ` +
+      'If this Redis is new, run store.initialize() once (docs/stores.md, "Durability").',
+  );
 }

@@ -13,7 +13,7 @@ import { type IdempotencyStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from './redis.js';
-import { type PrivateCluster, startPrivateCluster } from './redis-server.js';
+import { type PrivateCluster, type PrivateRedis, startPrivateCluster, startPrivateRedis } from './redis-server.js';
 
 export type StoreKind =
   | 'memory'
@@ -23,6 +23,11 @@ export type StoreKind =
   /** A 3-master Redis Cluster started for the file. */
   | 'redis cluster'
   | 'redis cluster, autopipelining'
+  /** `restartFence` on, its markers written (`initialize()`) before the file's tests. */
+  | 'redis, restart fence'
+  | 'redis cluster, restart fence'
+  /** `waitForReplicas: { replicas: 1 }` on a private primary with one replica, started for the file. */
+  | 'redis, replicas acknowledged'
   | 'postgres'
   /** Sessions defaulting to a stricter isolation, as some teams configure their database. */
   | 'postgres, REPEATABLE READ'
@@ -65,6 +70,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let schema: PgSchema | undefined;
   let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
   let cluster: PrivateCluster | undefined;
+  let replicated: { primary: PrivateRedis; replica: PrivateRedis; client: Redis } | undefined;
   const clients: (Redis | Cluster)[] = [];
   const pools = new Map<string, pg.Pool>();
   const dbs = new Map<string, ReturnType<typeof drizzle>>();
@@ -74,8 +80,13 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     [schema, lite, cluster] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
-      wants('redis cluster', 'redis cluster, autopipelining') ? startPrivateCluster(3) : undefined,
+      wants('redis cluster', 'redis cluster, autopipelining', 'redis cluster, restart fence')
+        ? startPrivateCluster(3)
+        : undefined,
     ]);
+    if (wants('redis, restart fence')) await fenced().initialize();
+    if (wants('redis cluster, restart fence')) await clusterFenced().initialize();
+    if (wants('redis, replicas acknowledged')) replicated = await startReplicated();
     for (const level of ['repeatable read', 'serializable'] as const) {
       if (!wants(`postgres, ${level.toUpperCase()}` as StoreKind) || schema === undefined) continue;
       const pool = poolAtIsolation(schema, level);
@@ -91,7 +102,14 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     for (const c of clients) c.disconnect();
     await deleteByPrefix(redis, prefix);
     redis.disconnect();
-    await Promise.all([schema?.drop(), lite?.close(), cluster?.stop()]);
+    replicated?.client.disconnect();
+    await Promise.all([
+      schema?.drop(),
+      lite?.close(),
+      cluster?.stop(),
+      replicated?.primary.stop(),
+      replicated?.replica.stop(),
+    ]);
   });
 
   const client = (options: { cluster: boolean; pipelined: boolean }): Redis | Cluster => {
@@ -108,6 +126,8 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let clustered: Cluster | undefined;
   let clusteredPipelined: Redis | Cluster | undefined;
   const clusterClient = () => (clustered ??= client({ cluster: true, pipelined: false }) as Cluster);
+  const fenced = () => redisStore({ client: redis, prefix: `${prefix}f:`, restartFence: true });
+  const clusterFenced = () => redisStore({ client: clusterClient(), prefix: 'cf:', restartFence: true });
 
   const make = (kind: StoreKind): IdempotencyStore => {
     switch (kind) {
@@ -122,6 +142,14 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       case 'redis cluster, autopipelining':
         return track(
           redisStore({ client: (clusteredPipelined ??= client({ cluster: true, pipelined: true })), prefix: 'cp:' }),
+        );
+      case 'redis, restart fence':
+        return track(fenced());
+      case 'redis cluster, restart fence':
+        return track(clusterFenced());
+      case 'redis, replicas acknowledged':
+        return track(
+          redisStore({ client: replicated!.client, prefix, waitForReplicas: { replicas: 1, timeout: 1_000 } }),
         );
       case 'postgres':
         return drizzleStore({ db: schema!.db });
@@ -150,4 +178,16 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       return clusterClient();
     },
   };
+}
+
+/** A private primary and one replica of it (in sync before this returns), and a client of the primary. */
+async function startReplicated(): Promise<{ primary: PrivateRedis; replica: PrivateRedis; client: Redis }> {
+  const primary = await startPrivateRedis();
+  const replica = await startPrivateRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
+  const client = new Redis({ port: primary.port, host: '127.0.0.1' });
+  for (let tries = 0; !/connected_slaves:1\b/.test(await client.info('replication')); tries++) {
+    if (tries === 200) throw new Error('the private replica did not connect to its primary within 10 s');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return { primary, replica, client };
 }

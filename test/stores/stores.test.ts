@@ -21,7 +21,12 @@ describeStoreContract('memory', () => {
 });
 
 // The Redis store on a plain client, and on one with enableAutoPipelining (the commands of one tick sent together).
-const { stores, redis, prefix } = liveStores('contract', ['redis', 'redis, autopipelining']);
+const { stores, redis, prefix } = liveStores('contract', [
+  'redis',
+  'redis, autopipelining',
+  'redis, restart fence',
+  'redis, replicas acknowledged',
+]);
 for (const { name, make, notifies } of stores)
   describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });
 

@@ -1,0 +1,134 @@
+/**
+ * The Redis store's durable mode (`waitForReplicas`): every write waits for
+ * Redis's `WAIT` on its own connection, so the operation runs, and the answer
+ * goes out, only once the replicas hold the claim and the outcome. A private
+ * primary with one replica; the replica stopped (SIGSTOP) stands for one that
+ * lags or is gone.
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createIdempotencyEngine, IdempotencyConfigError } from '../../src/index.js';
+import { redisStore } from '../../src/redis.js';
+import { commandCalls, delta, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
+
+const LOCK = 5_000;
+const ACKS = { replicas: 1, timeout: 300 };
+
+let primary: PrivateRedis;
+let replica: PrivateRedis;
+let client: Redis;
+let onReplica: Redis;
+
+beforeAll(async () => {
+  primary = await startPrivateRedis();
+  replica = await startPrivateRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
+  client = new Redis({ port: primary.port });
+  onReplica = new Redis({ port: replica.port });
+  for (let tries = 0; !(await onReplica.info('replication')).includes('master_link_status:up'); tries++) {
+    if (tries === 200) throw new Error('the replica did not sync with its primary within 10 s');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}, 30_000);
+afterAll(async () => {
+  client?.disconnect();
+  onReplica?.disconnect();
+  replica?.process.kill('SIGCONT');
+  await Promise.all([primary?.stop(), replica?.stop()]);
+});
+
+/** Runs `fn` with the replica stopped: it neither applies nor acknowledges anything until resumed. */
+async function withReplicaStopped<T>(fn: () => Promise<T>): Promise<T> {
+  replica.process.kill('SIGSTOP');
+  try {
+    return await fn();
+  } finally {
+    replica.process.kill('SIGCONT');
+  }
+}
+
+const id = () => `:replicas:${randomUUID()}`;
+
+describe('waitForReplicas', () => {
+  it('a claim and a completion answer once the replica holds them', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const record = id();
+    expect(await store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK })).toMatchObject({
+      state: 'acquired',
+    });
+    expect(await onReplica.hgetall(store.keyOf(record))).toMatchObject({ s: 'p', t: 't' });
+    await store.complete({ id: record, fingerprint: 'fp', token: 't', state: 'completed', body: '"ok"', ttl: 60_000 });
+    expect(await onReplica.hgetall(store.keyOf(record))).toMatchObject({ s: 'c', b: '"ok"' });
+  });
+
+  it('too few replicas within the timeout: the claim fails closed and is given back; a store without the option takes it', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const plain = redisStore({ client, prefix: 'acked:' });
+    const record = id();
+    await withReplicaStopped(async () => {
+      await expect(store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK })).rejects.toThrow(
+        '0 replica(s) acknowledged a write within 300 ms; waitForReplicas asks for 1.',
+      );
+      // given back on the primary: a retry is not held off for lockTtl
+      await expect.poll(() => client.exists(store.keyOf(record))).toBe(0);
+      expect(await plain.claim({ id: record, fingerprint: 'fp', token: 'u', lockTtl: LOCK })).toMatchObject({
+        state: 'acquired',
+      });
+    });
+  });
+
+  it('a completion the replica did not acknowledge fails, and the same completion sent again once it is back succeeds', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const record = id();
+    const input = { id: record, fingerprint: 'fp', token: 't', state: 'completed', body: '1', ttl: 60_000 } as const;
+    await store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK });
+    await withReplicaStopped(() => expect(store.complete(input)).rejects.toThrow(/replica\(s\) acknowledged/));
+    expect(await store.complete(input)).toBe('stored');
+    expect(await onReplica.hgetall(store.keyOf(record))).toMatchObject({ s: 'c', b: '1' });
+  });
+
+  it('through the engine: nothing runs without the replica, even when failing open (503 store_unavailable); it runs once it is back', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const engine = createIdempotencyEngine({ store, lockTtl: LOCK, storeTimeout: 1_000, onStoreError: 'fail-open' });
+    const key = randomUUID();
+    let runs = 0;
+    const pay = () => engine.run({ key, name: 'pay', payload: { amount: 1 } }, async () => ++runs);
+    await withReplicaStopped(() => expect(pay()).rejects.toMatchObject({ reason: 'store_unavailable' }));
+    expect(runs).toBe(0);
+    expect(await pay()).toEqual({ value: 1, replayed: false });
+    expect(await pay()).toEqual({ value: 1, replayed: true });
+    expect(runs).toBe(1);
+  });
+
+  it('sends one WAIT for the scripts of one turn of the event loop, and none without the option', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const plain = redisStore({ client, prefix: 'acked:' });
+    const claimAll = (s: typeof store) =>
+      Promise.all(
+        Array.from({ length: 10 }, () => s.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK })),
+      );
+    await claimAll(store); // scripts loaded
+    let before = await commandCalls(client);
+    await claimAll(store);
+    expect(delta(before, await commandCalls(client))).toMatchObject({ evalsha: 10, wait: 1 });
+    before = await commandCalls(client);
+    await claimAll(plain);
+    const calls = delta(before, await commandCalls(client));
+    expect(calls.evalsha).toBe(10);
+    expect(calls.wait ?? 0).toBe(0);
+  });
+
+  it.each([
+    [{ replicas: 0, timeout: 100 }, /waitForReplicas\.replicas must be a whole number of at least 1, got the number 0/],
+    [
+      { replicas: 1, timeout: 0 },
+      /waitForReplicas\.timeout must be .* at least 1 \(WAIT's 0 would wait forever\), got the number 0/,
+    ],
+    [{ replicas: 1.5, timeout: 100 }, /replicas must be a whole number/],
+    [{ replicas: 1 }, /timeout must be .* got undefined/],
+    [null, /replicas must be a whole number of at least 1, got undefined/],
+  ])('refuses waitForReplicas %j, saying what to pass', (acks, message) => {
+    expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(IdempotencyConfigError);
+    expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(message);
+  });
+});
