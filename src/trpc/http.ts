@@ -43,24 +43,33 @@ export function hasRequestHeaders(ctx: unknown): boolean {
 
 /**
  * One header's value; `name` must be lower case (`label` is how messages
- * name it).
+ * name it). Header names are case-insensitive: a fetch `Headers` looks them
+ * up so itself, and a plain object is searched for every spelling of `name`
+ * (API Gateway's REST API events keep the names as the client wrote them).
  *
  * A key header holds one key. Sent more than once, its values reach us
- * joined with ", " (by Node, and by a fetch `Headers`), and a fetch `Headers`
- * cannot tell that from one value with a comma in it. So the rule, the same
- * on every adapter: an unquoted value containing a comma is a list and is
- * refused; a key that really contains a comma is sent as a quoted Structured
- * Field string (`"a,b"`), which `parseIdempotencyKey` unquotes (and where a
- * list of quoted strings, `"a", "b"`, fails as an unescaped quote).
+ * joined with ", " (by Node, and by a fetch `Headers`; with "," by API
+ * Gateway's HTTP APIs and function URLs), as an array (Node's
+ * `headersDistinct`, API Gateway's `multiValueHeaders`), or under two
+ * spellings of its name in a plain object. An array of more than one value,
+ * or two spellings, are refused; a fetch `Headers` cannot tell a joined list
+ * from one value with a comma in it. So the rule, the same on every adapter:
+ * an unquoted value containing a comma is a list and is refused; a key that
+ * really contains a comma is sent as a quoted Structured Field string
+ * (`"a,b"`), which `parseIdempotencyKey` unquotes (and where a list of quoted
+ * strings, `"a", "b"`, fails as an unescaped quote).
  */
 export function readHeader(ctx: unknown, name: string, label = name): string | undefined {
-  const headers = headersOf(ctx);
+  const request = requestOf(ctx) as (RequestLike & NodeRequestLike) | undefined;
+  const headers = request?.headers ?? (ctx as ContextLike | undefined)?.headers;
   if (headers === undefined) return undefined;
   let value: string | undefined;
   if (typeof headers.get === 'function') {
     value = (headers.get as (n: string) => string | null)(name) ?? undefined;
   } else {
-    const raw = (headers as Record<string, string | string[] | undefined>)[name];
+    const plain = headers as PlainHeaders;
+    // Node lower-cases the names in its headers object (a repeated header's spellings are one name there).
+    const raw = Array.isArray(request?.rawHeaders) ? plain[name] : anySpelling(plain, name, label);
     if (Array.isArray(raw)) {
       if (raw.length > 1) throw sentTimes(label, raw.length);
       value = raw[0];
@@ -70,8 +79,7 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
     // Node joins repeated values with ", ": a value without a comma was sent once, and
     // headersDistinct (built for every header on first read) is left alone.
     if (value?.includes(',')) {
-      const distinct = (requestOf(ctx) as { headersDistinct?: Record<string, string[] | undefined> } | undefined)
-        ?.headersDistinct?.[name];
+      const distinct = request?.headersDistinct?.[name];
       if (distinct !== undefined && distinct.length > 1) throw sentTimes(label, distinct.length);
     }
   }
@@ -83,6 +91,53 @@ export function readHeader(ctx: unknown, name: string, label = name): string | u
     );
   }
   return value;
+}
+
+type PlainHeaders = Record<string, string | string[] | undefined>;
+
+interface NodeRequestLike {
+  rawHeaders?: unknown;
+  headersDistinct?: Record<string, string[] | undefined>;
+}
+
+/**
+ * The value of `name` (lower case) in a plain headers object, under any
+ * spelling of it. A spelling holding nothing (`undefined`, which API
+ * Gateway's event types allow, or an empty list) is absent; two spellings
+ * holding values are the header sent more than once. Only names of the same
+ * length are compared, so the scan costs little more than a property read per
+ * header.
+ */
+function anySpelling(headers: PlainHeaders, name: string, label: string): string | string[] | undefined {
+  let found = Object.hasOwn(headers, name) ? headers[name] : undefined;
+  let values = valueCount(found);
+  let spellings = values === 0 ? 0 : 1;
+  for (const key in headers) {
+    if (key.length !== name.length || key === name || !sameName(key, name) || !Object.hasOwn(headers, key)) continue;
+    const other = headers[key];
+    const count = valueCount(other);
+    if (count === 0) continue;
+    spellings++;
+    values += count;
+    found = other;
+  }
+  if (spellings > 1) throw sentTimes(label, values);
+  return values === 0 ? undefined : found;
+}
+
+/** Whether `key` spells `lower` (lower case, same length) in any case. Only ASCII letters fold: header names are ASCII. */
+function sameName(key: string, lower: string): boolean {
+  for (let i = 0; i < key.length; i++) {
+    let c = key.charCodeAt(i);
+    if (c >= 0x41 && c <= 0x5a) c += 0x20;
+    if (c !== lower.charCodeAt(i)) return false;
+  }
+  return true;
+}
+
+function valueCount(value: string | string[] | undefined): number {
+  if (value === undefined) return 0;
+  return Array.isArray(value) ? value.length : 1;
 }
 
 function sentTimes(label: string, times: number): IdempotencyError {
