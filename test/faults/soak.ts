@@ -24,6 +24,8 @@
  *   REDIS_PAUSE_AT    Redis pauses, the same way (default 42% and 75%: 50 s and 90 s)
  *   REDIS_PAUSE_MS    length of a pause (default 1500; must be below lockTtl, 2000)
  *   REDIS_PERSIST=1   Redis with `appendfsync always`: a restart must lose nothing
+ *   REDIS_FENCE=0     the store without its restart fence (default on: a key in flight at an
+ *                     empty restart must not run again; outcomes stored before it are still lost)
  */
 import { runSoak, type SoakReport } from './helpers/soak.js';
 
@@ -49,6 +51,7 @@ const redisDownMs = list('REDIS_DOWN_MS', [0, 1_500]);
 const redisPausesAt = list('REDIS_PAUSE_AT', at(0.42, 0.75));
 const redisPauseMs = Number(process.env.REDIS_PAUSE_MS ?? 1_500);
 const redisPersist = process.env.REDIS_PERSIST === '1';
+const restartFence = process.env.REDIS_FENCE !== '0';
 const log = (line: string) => console.log(`  ${new Date().toISOString().slice(11, 19)} ${line}`);
 const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
@@ -84,12 +87,13 @@ const report: SoakReport = await runSoak({
   redisPausesAt,
   redisPauseMs,
   redisPersist,
+  restartFence,
   log,
 });
 
 const lines: string[] = [
   `soak: ${(report.durationMs / 1000).toFixed(1)} s, 2 app processes, ${report.processKills} killed with SIGKILL and restarted, lockTtl ${report.lockTtl} ms`,
-  `  store's Redis              ${report.redisPersist ? 'with persistence (appendfsync always): a restart must lose nothing' : 'without persistence: a restart comes back empty'}; ` +
+  `  store's Redis              ${report.redisPersist ? 'with persistence (appendfsync always): a restart must lose nothing' : 'without persistence: a restart comes back empty'}, restart fence ${report.restartFence ? 'on' : 'off'}; ` +
     `restarted ${report.redisRestarts.length}× (SIGKILL, then started on the same port), paused ${report.redisPauses.length}× (SIGSTOP ${redisPauseMs} ms, then SIGCONT)`,
 ];
 const faultLines: [number, string][] = [];
@@ -133,7 +137,7 @@ if (report.redisPersist) {
 } else {
   const { wipedClaims, wipedOutcomes } = report.reRunsAfterRedisRestart;
   lines.push(
-    `  re-runs caused by the empty Redis restarts: ${wipedClaims + wipedOutcomes} (claim in flight wiped: ${wipedClaims}, stored outcome wiped: ${wipedOutcomes})`,
+    `  re-runs caused by the empty Redis restarts: ${wipedClaims + wipedOutcomes} (claim in flight wiped: ${wipedClaims}${report.restartFence ? ', must be 0 with the restart fence' : ''}, stored outcome wiped: ${wipedOutcomes})`,
     `  outcomes lost by the Redis restart (no persistence): ${report.outcomesLostByRestart} — their retries ran again, as expected without persistence`,
     `  conflicting results caused by it: ${report.conflictingResultsByRestart} keys whose clients saw two different results, as expected without persistence`,
     `  outcomes no longer stored at the end: ${report.outcomesWipedAtEnd} (stored only before a restart wiped them; a retry now would run again)`,
@@ -162,7 +166,8 @@ const failed =
     report.conflictingResults +
     report.lostOutcomes +
     report.stuckKeys +
-    report.steps.reRuns.unexplained >
+    report.steps.reRuns.unexplained +
+    (report.restartFence ? report.reRunsAfterRedisRestart.wipedClaims : 0) >
     0 || report.maxBlockedMs > lockTtl + 3_000;
 console.log(failed ? 'SOAK FAILED' : 'soak passed');
 process.exit(failed ? 1 : 0);
