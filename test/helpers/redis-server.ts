@@ -101,13 +101,13 @@ export interface PrivateCluster {
 }
 
 /**
- * A Redis Cluster of `masters` nodes (no replicas) on ports of its own,
- * created with `redis-cli --cluster create`. Each node also needs its
- * cluster bus port (port + 10000) free.
+ * A Redis Cluster of `masters` nodes, each with `replicas` replicas, on ports
+ * of its own, created with `redis-cli --cluster create`. Each node also needs
+ * its cluster bus port (port + 10000) free. `ports` lists every node.
  */
-export async function startPrivateCluster(masters = 3): Promise<PrivateCluster> {
+export async function startPrivateCluster(masters = 3, replicas = 0): Promise<PrivateCluster> {
   const ports: number[] = [];
-  while (ports.length < masters) {
+  while (ports.length < masters * (1 + replicas)) {
     const port = 20_000 + Math.floor(Math.random() * 20_000);
     if (!ports.includes(port) && (await portIsFree(port)) && (await portIsFree(port + 10_000))) ports.push(port);
   }
@@ -118,7 +118,14 @@ export async function startPrivateCluster(masters = 3): Promise<PrivateCluster> 
   );
   const create = spawn(
     'redis-cli',
-    ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'],
+    [
+      '--cluster',
+      'create',
+      ...ports.map((p) => `127.0.0.1:${p}`),
+      '--cluster-replicas',
+      String(replicas),
+      '--cluster-yes',
+    ],
     {
       stdio: 'ignore',
     },
@@ -127,8 +134,13 @@ export async function startPrivateCluster(masters = 3): Promise<PrivateCluster> 
   if (code !== 0) throw new Error(`redis-cli --cluster create exited with ${code}`);
   for (const port of ports) {
     const probe = new Redis({ port });
-    for (let i = 0; !(await probe.cluster('INFO')).includes('cluster_state:ok'); i++) {
-      if (i > 200) throw new Error(`cluster node ${port} never reached cluster_state:ok`);
+    const ready = async () => {
+      if (!(await probe.cluster('INFO')).includes('cluster_state:ok')) return false;
+      const replication = await probe.info('replication');
+      return !replication.includes('role:slave') || replication.includes('master_link_status:up');
+    };
+    for (let i = 0; !(await ready()); i++) {
+      if (i > 200) throw new Error(`cluster node ${port} never reached cluster_state:ok (and, a replica, its master)`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
     probe.disconnect();

@@ -28,6 +28,8 @@ export type StoreKind =
   | 'redis cluster, restart fence'
   /** `waitForReplicas: { replicas: 1 }` on a private primary with one replica, started for the file. */
   | 'redis, replicas acknowledged'
+  /** `waitForReplicas: { replicas: 1 }` on a 3-master Cluster with a replica each, started for the file. */
+  | 'redis cluster, replicas acknowledged'
   | 'postgres'
   /** Sessions defaulting to a stricter isolation, as some teams configure their database. */
   | 'postgres, REPEATABLE READ'
@@ -70,6 +72,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let schema: PgSchema | undefined;
   let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
   let cluster: PrivateCluster | undefined;
+  let replicatedCluster: PrivateCluster | undefined;
   let replicated: { primary: PrivateRedis; replica: PrivateRedis; client: Redis } | undefined;
   const clients: (Redis | Cluster)[] = [];
   const pools = new Map<string, pg.Pool>();
@@ -77,12 +80,13 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
 
   beforeAll(async () => {
     const pgKinds = ['postgres', 'postgres, REPEATABLE READ', 'postgres, SERIALIZABLE'] as const;
-    [schema, lite, cluster] = await Promise.all([
+    [schema, lite, cluster, replicatedCluster] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
       wants('redis cluster', 'redis cluster, autopipelining', 'redis cluster, restart fence')
         ? startPrivateCluster(3)
         : undefined,
+      wants('redis cluster, replicas acknowledged') ? startPrivateCluster(3, 1) : undefined,
     ]);
     if (wants('redis, restart fence')) await fenced().initialize();
     if (wants('redis cluster, restart fence')) await clusterFenced().initialize();
@@ -107,6 +111,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       schema?.drop(),
       lite?.close(),
       cluster?.stop(),
+      replicatedCluster?.stop(),
       replicated?.primary.stop(),
       replicated?.replica.stop(),
     ]);
@@ -151,6 +156,11 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return track(
           redisStore({ client: replicated!.client, prefix, waitForReplicas: { replicas: 1, timeout: 1_000 } }),
         );
+      case 'redis cluster, replicas acknowledged': {
+        const c = new Cluster(replicatedCluster!.ports.map((port) => ({ host: '127.0.0.1', port })));
+        clients.push(c);
+        return track(redisStore({ client: c, prefix: 'ca:', waitForReplicas: { replicas: 1, timeout: 1_000 } }));
+      }
       case 'postgres':
         return drizzleStore({ db: schema!.db });
       case 'postgres, REPEATABLE READ':

@@ -11,7 +11,12 @@ import { sleep } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
 
 // A plain client, and one with enableAutoPipelining (commands of one tick sent together, per node).
-const live = liveStores('cluster', ['redis cluster', 'redis cluster, autopipelining', 'redis cluster, restart fence']);
+const live = liveStores('cluster', [
+  'redis cluster',
+  'redis cluster, autopipelining',
+  'redis cluster, restart fence',
+  'redis cluster, replicas acknowledged',
+]);
 for (const { name, make, notifies } of live.stores)
   describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });
 

@@ -6,11 +6,20 @@
  * lags or is gone.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, IdempotencyConfigError } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { commandCalls, delta, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
+import { keySlot } from '../../src/stores/redis-fence.js';
+import { CLAIM } from '../../src/stores/redis-scripts.js';
+import {
+  commandCalls,
+  delta,
+  type PrivateCluster,
+  type PrivateRedis,
+  startPrivateCluster,
+  startPrivateRedis,
+} from '../helpers/redis-server.js';
 
 const LOCK = 5_000;
 const ACKS = { replicas: 1, timeout: 300 };
@@ -130,5 +139,47 @@ describe('waitForReplicas', () => {
   ])('refuses waitForReplicas %j, saying what to pass', (acks, message) => {
     expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(IdempotencyConfigError);
     expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(message);
+  });
+});
+
+describe('waitForReplicas on a Cluster', () => {
+  let cluster: PrivateCluster;
+  let clusterClient: Cluster;
+  beforeAll(async () => {
+    cluster = await startPrivateCluster(3, 1);
+    clusterClient = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
+  }, 60_000);
+  afterAll(async () => {
+    clusterClient?.disconnect();
+    await cluster?.stop();
+  });
+
+  it("sends each write's WAIT to the master of the record's slot, and to no other node", async () => {
+    const store = redisStore({ client: clusterClient, prefix: 'ca:', waitForReplicas: ACKS });
+    await store.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK }); // slots known
+    const nodes = new Map(
+      cluster.ports.map((port) => [`127.0.0.1:${port}`, new Redis({ port, host: '127.0.0.1' })] as const),
+    );
+    try {
+      // the script in every node's cache: a first EVALSHA answered NOSCRIPT would be sent again, with its WAIT
+      await Promise.all([...nodes.values()].map((node) => node.script('LOAD', CLAIM.source)));
+      for (let i = 0; i < 6; i++) {
+        const record = id();
+        const owner = clusterClient.slots[keySlot(store.keyOf(record))]![0]!;
+        const before = new Map(
+          await Promise.all([...nodes].map(async ([n, c]) => [n, await commandCalls(c)] as const)),
+        );
+        expect(await store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK })).toMatchObject({
+          state: 'acquired',
+        });
+        for (const [name, node] of nodes) {
+          const calls = delta(before.get(name)!, await commandCalls(node));
+          if (name === owner) expect(calls).toMatchObject({ evalsha: 1, wait: 1 });
+          else expect(calls.wait ?? 0).toBe(0);
+        }
+      }
+    } finally {
+      for (const node of nodes.values()) node.disconnect();
+    }
   });
 });
