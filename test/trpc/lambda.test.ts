@@ -8,18 +8,21 @@
  *   last value of a repeated header, `multiValueHeaders` every value;
  * - 2.0 lower-cases the names and joins a repeated header's values with ",".
  *
- * The adapter gives `createContext` the event, not a request, so the context
- * is docs/lambda.md's: `{ headers: event.multiValueHeaders ?? event.headers,
- * info, resHeaders }`, and `responseMeta` copies `resHeaders` onto the
- * response. The events are typed here (no @types/aws-lambda) with the fields
- * the adapter reads.
+ * The adapter gives `createContext` the event, not a request, and has no
+ * response object: the context and the `responseMeta` bridge are docs/lambda.md's
+ * `context.ts` block, loaded from the page and run here. The events are typed
+ * here (no @types/aws-lambda) with the fields the adapter reads.
  */
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { initTRPC } from '@trpc/server';
 import { awsLambdaRequestHandler } from '@trpc/server/adapters/aws-lambda';
 import type { TRPCRequestInfo } from '@trpc/server/http';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { blocksOf } from '../../scripts/check-docs.js';
 import {
   type IdempotencyEvent,
   type IdempotencyMeta,
@@ -27,6 +30,32 @@ import {
   memoryStore,
   withIdempotency,
 } from '../../src/index.js';
+
+/** What docs/lambda.md's context.ts exports. */
+interface Recipe {
+  createContext(opts: { event: LambdaEvent; info: TRPCRequestInfo }): RecipeContext;
+  responseMeta(opts: { ctx?: { resHeaders?: Headers } }): { headers?: Headers };
+}
+type RecipeContext = {
+  headers: Record<string, string | string[] | undefined>;
+  info: TRPCRequestInfo;
+  resHeaders: Headers;
+};
+
+const recipeDir = mkdtempSync(join(tmpdir(), 'lambda-recipe-'));
+afterAll(() => rmSync(recipeDir, { recursive: true, force: true }));
+
+/** docs/lambda.md's context.ts, as the page shows it (its imports are types only). */
+async function loadRecipe(): Promise<Recipe> {
+  const page = 'docs/lambda.md';
+  const text = readFileSync(new URL(`../../${page}`, import.meta.url), 'utf8');
+  const block = blocksOf(page, text).find((b) => b.title === 'context.ts');
+  if (block === undefined) throw new Error(`${page} has no context.ts block`);
+  const file = join(recipeDir, 'context.ts');
+  writeFileSync(file, block.code);
+  return (await import(file)) as Recipe;
+}
+const { createContext, responseMeta } = await loadRecipe();
 
 type HeaderLines = [name: string, value: string][];
 
@@ -154,17 +183,8 @@ function functionUrlEvent({ path, lines, body, batch }: Call): HttpApiEvent {
   };
 }
 
-/** The context of docs/lambda.md: the headers with every value of each, tRPC's `info`, and the response headers. */
-function createContext({ event, info }: { event: LambdaEvent; info: TRPCRequestInfo }) {
-  return {
-    headers: ('multiValueHeaders' in event ? event.multiValueHeaders : undefined) ?? event.headers,
-    info,
-    resHeaders: new Headers(),
-  };
-}
-
 const t = initTRPC
-  .context<{ headers: Record<string, string | string[] | undefined>; resHeaders?: Headers }>()
+  .context<{ headers: RecipeContext['headers']; info?: TRPCRequestInfo; resHeaders?: Headers }>()
   .meta<IdempotencyMeta>()
   .create({ errorFormatter: idempotencyErrorFormatter });
 
@@ -233,8 +253,7 @@ describe.each([
   const handler = awsLambdaRequestHandler({
     router,
     createContext,
-    // The layer writes its headers to ctx.resHeaders; the adapter has no response to write them to.
-    responseMeta: ({ ctx }) => ({ headers: ctx?.resHeaders }),
+    responseMeta,
   });
 
   async function pay(lines: HeaderLines, amount = 1): Promise<Answer> {
