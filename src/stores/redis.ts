@@ -149,10 +149,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       try {
         reply = (await run(CLAIM, onKeys(key, stepsKeyOf(key)), args, true)) as typeof reply;
       } catch (error) {
-        // Taken on the primary only: give it back, so the retry is not held off for lockTtl.
-        const taken = error instanceof ReplicaAckError && (error.reply as unknown[] | undefined)?.[0] === 'a';
-        if (taken) void run(RELEASE, onKeys(key), [token, channel, key]).catch(() => {});
-        throw error;
+        if (!(error instanceof ReplicaAckError)) throw error;
+        // Only a claim that took the record wrote something a failover must keep: a replay, a 409
+        // or a refusal stands without the replicas. One taken on the primary only is given back,
+        // so that the retry is not held off for lockTtl.
+        reply = error.reply as typeof reply;
+        if (reply[0] === 'a') {
+          void run(RELEASE, onKeys(key), [token, channel, key]).catch(() => {});
+          throw error;
+        }
       }
       const state = reply[0];
       if (state === 'a') {

@@ -86,6 +86,26 @@ describe('waitForReplicas', () => {
     });
   });
 
+  it('a claim that took nothing (a replay, a key in flight) answers without the replica: only taking a record must reach it', async () => {
+    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const done = id();
+    const held = id();
+    await store.claim({ id: done, fingerprint: 'fp', token: 't', lockTtl: LOCK });
+    await store.complete({ id: done, fingerprint: 'fp', token: 't', state: 'completed', body: '"ok"', ttl: 60_000 });
+    await store.claim({ id: held, fingerprint: 'fp', token: 't', lockTtl: LOCK });
+    await withReplicaStopped(async () => {
+      expect(await store.claim({ id: done, fingerprint: 'fp', token: 'u', lockTtl: LOCK })).toEqual({
+        state: 'completed',
+        fingerprint: 'fp',
+        body: '"ok"',
+      });
+      expect(await store.claim({ id: held, fingerprint: 'fp', token: 'u', lockTtl: LOCK })).toEqual({
+        state: 'in_progress',
+        fingerprint: 'fp',
+      });
+    });
+  });
+
   it('a completion the replica did not acknowledge fails, and the same completion sent again once it is back succeeds', async () => {
     const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
     const record = id();
