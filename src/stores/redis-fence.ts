@@ -1,4 +1,4 @@
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisConnection } from './redis-client.js';
 
 // Where the restart fence's markers live (see FENCE in redis-scripts.ts): one
 // per Redis on a single node or Sentinel, one per slot on a Cluster, since a
@@ -57,13 +57,13 @@ export interface FenceMarkers {
 }
 
 /** The fence markers of a store with this prefix on this client. */
-export function fenceMarkers(client: Redis | Cluster, prefix: string): FenceMarkers {
-  if ((client as Cluster).isCluster !== true) {
+export function fenceMarkers(connection: RedisConnection, prefix: string): FenceMarkers {
+  if (!connection.isCluster) {
     const marker = `${prefix}fence`;
     return { of: () => marker, all: () => [marker] };
   }
   // The client's keyPrefix (ioredis adds it to every key) is part of the key Redis hashes.
-  const keyPrefix = (client as Cluster).options?.keyPrefix ?? '';
+  const { keyPrefix } = connection;
   const markerOfSlot = (slot: number) => `${prefix}{${slotTagOf()[slot]}}:fence`;
   return {
     of: (recordKey) => markerOfSlot(keySlot(keyPrefix + recordKey)),

@@ -1,33 +1,23 @@
-import type { Cluster, Redis } from 'ioredis';
 import { KeyedListeners } from './listeners.js';
+import type { RedisConnection } from './redis-client.js';
 
 /**
- * Notifications that a record settled, for `inFlight: 'wait'`: one subscriber
- * connection (opened on the first wait), one channel, and the waiters of each record key.
+ * Notifications that a record settled, for `inFlight: 'wait'`: one subscription
+ * (made on the first wait, on a connection of the store's own), one channel,
+ * and the waiters of each record key.
  */
-export function settledNotifications(client: Redis | Cluster, channel: string) {
-  let subscriber: Redis | Cluster | undefined;
+export function settledNotifications(connection: RedisConnection, channel: string) {
   let subscribed: Promise<void> | undefined;
   const waiters = new KeyedListeners();
 
   function subscribe(): Promise<void> {
     if (subscribed !== undefined) return subscribed;
-    let sub = subscriber;
-    if (sub === undefined) {
-      // A subscribed connection can run nothing else: the store opens its own.
-      sub = subscriber = (client.duplicate as (this: Redis | Cluster) => Redis | Cluster).call(client);
-      sub.on('error', () => {
-        // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
-      });
-      sub.on('message', (_channel: string, key: string) => waiters.notify(key));
-    }
-    const pending = sub.subscribe(channel).then(
-      () => undefined,
-      (error: unknown) => {
+    const pending = connection
+      .subscribe(channel, (key) => waiters.notify(key))
+      .catch((error: unknown) => {
         subscribed = undefined;
         throw error;
-      },
-    );
+      });
     subscribed = pending;
     return pending;
   }
@@ -41,10 +31,8 @@ export function settledNotifications(client: Redis | Cluster, channel: string) {
 
     /** Closes the subscriber connection, if one was opened. */
     async close(): Promise<void> {
-      const sub = subscriber;
-      subscriber = undefined;
       subscribed = undefined;
-      if (sub !== undefined) await sub.quit().catch(() => sub.disconnect());
+      await connection.closeSubscriber();
     },
   };
 }

@@ -1,6 +1,6 @@
 import { AsyncResource } from 'node:async_hooks';
-import type { Cluster, Redis } from 'ioredis';
 import { storeFailure } from '../core/errors.js';
+import type { RedisCommand, RedisConnection, Settled } from './redis-client.js';
 import type { RedisScript } from './redis-scripts.js';
 
 // How the Redis store sends its scripts (EVALSHA, batched), and reads a client's error as an outage or a fault.
@@ -64,73 +64,67 @@ interface QueuedScript {
   reject(error: unknown): void;
 }
 
-type PipelineReply = [Error | null, unknown] | undefined;
+type Call = Omit<QueuedScript, 'resolve' | 'reject'>;
+
+const evalsha = ({ script, keys, args }: Call): RedisCommand => ['EVALSHA', script.sha, ...keys, ...args];
+const evalSource = ({ script, keys, args }: Call): RedisCommand => ['EVAL', script.source, ...keys, ...args];
+const waitFor = (acks: ReplicaAcks): RedisCommand => ['WAIT', acks.replicas, acks.timeout];
+/** The record key: on a Cluster, the script goes to its slot's master. */
+const routeOf = (call: Call) => call.keys[1] as string;
 
 /**
- * ioredis rejects with a `ReplyError` when Redis answered with an error, and
- * with other errors (connection closed, retries exhausted, every cluster node
- * failed) when it could not get an answer: those are outages.
+ * Runs scripts on a Redis connection: `run(script, keys, args, acked)` answers
+ * the script's reply, or a store failure. With `acks`, a script run with
+ * `acked` is followed by `WAIT` on the same connection (a Cluster: the
+ * script's own node), and answers only once enough replicas hold what it wrote.
  */
-function asStoreFailure(error: unknown): unknown {
-  const reply = error instanceof Error && error.name === 'ReplyError';
-  return !reply || OUTAGE_REPLIES.test((error as Error).message) ? storeFailure('unavailable', error) : error;
-}
+export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
+  /** A client's error: an outage (no answer, or a reply saying the server cannot serve now), or a fault of the command. */
+  function asStoreFailure(error: unknown): unknown {
+    const reply = connection.isErrorReply(error);
+    return !reply || OUTAGE_REPLIES.test((error as Error).message) ? storeFailure('unavailable', error) : error;
+  }
 
-/**
- * Runs scripts on `client`: `run(script, keys, args, acked)` answers the
- * script's reply, or a store failure. With `acks`, a script run with `acked`
- * is followed by `WAIT` on the same connection (a Cluster: the script's own
- * node), and answers only once enough replicas hold what it wrote.
- */
-export function scriptRunner(client: Redis | Cluster, acks?: ReplicaAcks) {
   /** Sends a script as EVALSHA, and its source once if Redis lacks it (its cache is empty after a restart or failover). */
-  async function evaluate(s: RedisScript, keys: ScriptKeys, args: ScriptArgs): Promise<unknown> {
+  async function evaluate(call: Call): Promise<unknown> {
     try {
-      return await client.evalsha(s.sha, ...keys, ...args);
+      return await connection.send(evalsha(call), routeOf(call));
     } catch (error) {
-      if (isNoScript(error)) return await client.eval(s.source, ...keys, ...args);
+      if (isNoScript(error)) return await connection.send(evalSource(call), routeOf(call));
       throw error;
     }
   }
 
   /** The script's reply once `WAIT` says the replicas hold it, else a {@link ReplicaAckError} carrying it. */
-  function afterWait(reply: unknown, wait: PipelineReply, wanted: ReplicaAcks): unknown {
-    if (wait === undefined || wait[0] !== null) throw new ReplicaAckError(reply, undefined, wanted, wait?.[0]);
-    const acknowledged = Number(wait[1]);
+  function afterWait(reply: unknown, wait: Settled | undefined, wanted: ReplicaAcks): unknown {
+    if (wait === undefined || !wait.ok) throw new ReplicaAckError(reply, undefined, wanted, wait?.error);
+    const acknowledged = Number(wait.reply);
     if (!(acknowledged >= wanted.replicas)) throw new ReplicaAckError(reply, acknowledged, wanted);
     return reply;
   }
 
   /** {@link evaluate}, then `WAIT`, in one write (one pipeline, so both reach the script's node). */
-  async function evaluateAcked(s: RedisScript, keys: ScriptKeys, args: ScriptArgs, wanted: ReplicaAcks) {
-    for (const source of [false, true]) {
-      const pipeline = client.pipeline();
-      if (source) pipeline.eval(s.source, ...keys, ...args);
-      else pipeline.evalsha(s.sha, ...keys, ...args);
-      const replies = (await pipeline.wait(wanted.replicas, wanted.timeout).exec()) as PipelineReply[] | null;
-      const reply = replies?.[0];
-      if (reply === undefined) throw new Error('redisStore: Redis returned no reply to a pipelined script.');
-      if (reply[0] !== null) {
-        if (!source && isNoScript(reply[0])) continue;
-        throw reply[0];
+  async function evaluateAcked(call: Call, wanted: ReplicaAcks): Promise<unknown> {
+    for (const command of [evalsha(call), evalSource(call)]) {
+      const [reply, wait] = await connection.pipeline([command, waitFor(wanted)], routeOf(call));
+      if (!reply!.ok) {
+        if (command[0] === 'EVALSHA' && isNoScript(reply!.error)) continue;
+        throw reply!.error;
       }
-      return afterWait(reply[1], replies?.[1], wanted);
+      return afterWait(reply!.reply, wait, wanted);
     }
     throw new Error('redisStore: Redis did not take the script sent as source.');
   }
 
   /** Runs one script on its own: with `WAIT` after it if it is a write to acknowledge. */
-  const single = (call: Omit<QueuedScript, 'resolve' | 'reject'>) =>
-    acks !== undefined && call.acked
-      ? evaluateAcked(call.script, call.keys, call.args, acks)
-      : evaluate(call.script, call.keys, call.args);
+  const single = (call: Call) => (acks !== undefined && call.acked ? evaluateAcked(call, acks) : evaluate(call));
 
   // The scripts called in one turn of the event loop (every request whose
   // claim or completion became due in it), sent in one write. Redis answers
   // them in order; each call still gets its own reply or error. A Cluster
-  // pipeline must stay in one slot and records spread over slots, so on a
-  // Cluster each script is sent on its own.
-  const batching = (client as Cluster).isCluster !== true;
+  // pipeline must stay on one node and records spread over all of them, so on
+  // a Cluster each script is sent on its own.
+  const batching = !connection.isCluster;
   let queued: QueuedScript[] = [];
 
   function flush() {
@@ -143,34 +137,33 @@ export function scriptRunner(client: Redis | Cluster, acks?: ReplicaAcks) {
       single(call).then(call.resolve, call.reject);
       return;
     }
-    let sent: ReturnType<ReturnType<typeof client.pipeline>['exec']>;
+    const commands = calls.map(evalsha);
+    if (wanted !== undefined) commands.push(waitFor(wanted));
+    let sent: Promise<Settled[]>;
     try {
-      const pipeline = client.pipeline();
-      for (const call of calls) pipeline.evalsha(call.script.sha, ...call.keys, ...call.args);
-      if (wanted !== undefined) pipeline.wait(wanted.replicas, wanted.timeout);
-      sent = pipeline.exec();
+      sent = connection.pipeline(commands, routeOf(calls[0]!));
     } catch (error) {
       for (const call of calls) call.reject(error);
       return;
     }
     sent.then(
       (replies) => {
-        const wait = wanted === undefined ? undefined : (replies?.[calls.length] as PipelineReply);
+        const wait = wanted === undefined ? undefined : replies[calls.length];
         for (let i = 0; i < calls.length; i++) {
           const call = calls[i]!;
-          const reply = replies?.[i];
+          const reply = replies[i];
           if (reply === undefined) call.reject(new Error('redisStore: Redis returned no reply to a pipelined script.'));
-          else if (reply[0] === null) {
-            if (wanted === undefined || !call.acked) call.resolve(reply[1]);
+          else if (reply.ok) {
+            if (wanted === undefined || !call.acked) call.resolve(reply.reply);
             else {
               try {
-                call.resolve(afterWait(reply[1], wait, wanted));
+                call.resolve(afterWait(reply.reply, wait, wanted));
               } catch (error) {
                 call.reject(error);
               }
             }
-          } else if (isNoScript(reply[0])) single(call).then(call.resolve, call.reject);
-          else call.reject(reply[0]);
+          } else if (isNoScript(reply.error)) single(call).then(call.resolve, call.reject);
+          else call.reject(reply.error);
         }
       },
       (error: unknown) => {

@@ -1,4 +1,3 @@
-import type { Cluster, Redis } from 'ioredis';
 import { configError, describeValue } from '../core/options.js';
 import type {
   ClaimInput,
@@ -12,6 +11,7 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import { connectionOf, type RedisClient } from './redis-client.js';
 import { fenceMarkers } from './redis-fence.js';
 import { settledNotifications } from './redis-notifications.js';
 import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './redis-script-runner.js';
@@ -19,10 +19,11 @@ import { CLAIM, COMPLETE, EXTEND, RELEASE, SAVE_STEP } from './redis-scripts.js'
 
 export interface RedisStoreOptions {
   /**
-   * Your ioredis client: a `Redis` (single node, Sentinel) or a `Cluster`.
-   * The store never reconfigures or closes it.
+   * Your client: an ioredis `Redis` (single node, Sentinel) or `Cluster`, or a
+   * node-redis client (`createClient`, connected), cluster (`createCluster`)
+   * or Sentinel (`createSentinel`). The store never reconfigures or closes it.
    */
-  client: Redis | Cluster;
+  client: RedisClient;
   /**
    * Prefix of every key the store writes. The record key is
    * `<prefix>{<scope>:<path>:<key>}`; the braces are a hash tag, so a record
@@ -99,10 +100,12 @@ function parseSteps(flat: unknown): RecordedSteps {
 export function redisStore(options: RedisStoreOptions): RedisStore {
   // initialized config
   const { client, prefix = 'idem:', restartFence = false, waitForReplicas } = options;
-  if (client === undefined || client === null || typeof (client as Redis).evalsha !== 'function') {
+  const connection = connectionOf(client);
+  if (connection === undefined) {
     throw configError(
       'redisStore',
-      `client must be an ioredis Redis or Cluster instance, got ${describeValue(client)}.`,
+      'client must be an ioredis Redis or Cluster, or a node-redis client, cluster or Sentinel ' +
+        `(createClient, createCluster, createSentinel), got ${describeValue(client)}.`,
     );
   }
   if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
@@ -119,9 +122,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const keyOf = (id: string) => `${prefix}{${id}}`;
   const stepsKeyOf = (key: string) => `${key}:steps`;
 
-  const run = scriptRunner(client, waitForReplicas);
-  const notifications = settledNotifications(client, channel);
-  const markers = fenceMarkers(client, prefix);
+  const run = scriptRunner(connection, waitForReplicas);
+  const notifications = settledNotifications(connection, channel);
+  const markers = fenceMarkers(connection, prefix);
   /** A script's keys: a record key, its steps key if given, and the fence marker when the fence is on. */
   const onKeys = (key: string, key2?: string): ScriptKeys => {
     const keys: ScriptKeys = key2 === undefined ? [1, key] : [2, key, key2];
@@ -237,7 +240,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const all = markers.all();
       // In chunks, so a Cluster's 16384 markers never sit in one queue at once.
       for (let i = 0; i < all.length; i += 512) {
-        const replies = await Promise.all(all.slice(i, i + 512).map((marker) => client.set(marker, '0', 'NX')));
+        const replies = await Promise.all(
+          all.slice(i, i + 512).map((marker) => connection.send(['SET', marker, '0', 'NX'], marker)),
+        );
         written += replies.filter((reply) => reply === 'OK').length;
       }
       return { written };

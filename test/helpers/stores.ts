@@ -7,6 +7,7 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Cluster, Redis } from 'ioredis';
 import type pg from 'pg';
+import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { drizzleStore } from '../../src/drizzle.js';
 import { type IdempotencyStore, memoryStore } from '../../src/index.js';
@@ -30,6 +31,13 @@ export type StoreKind =
   | 'redis, replicas acknowledged'
   /** `waitForReplicas: { replicas: 1 }` on a 3-master Cluster with a replica each, started for the file. */
   | 'redis cluster, replicas acknowledged'
+  /** A node-redis client (`createClient`), connected before the file's tests. */
+  | 'redis, node-redis'
+  /** The same with `restartFence` on and `waitForReplicas` on the private primary with a replica. */
+  | 'redis, node-redis, restart fence'
+  | 'redis, node-redis, replicas acknowledged'
+  /** A node-redis cluster (`createCluster`) on the 3-master Cluster. */
+  | 'redis cluster, node-redis'
   | 'postgres'
   /** Sessions defaulting to a stricter isolation, as some teams configure their database. */
   | 'postgres, REPEATABLE READ'
@@ -73,6 +81,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
   let cluster: PrivateCluster | undefined;
   let replicatedCluster: PrivateCluster | undefined;
+  const nodeRedisClients: { close(): Promise<unknown> }[] = [];
+  let nodeRedis: ReturnType<typeof createClient> | undefined;
+  let nodeRedisReplicated: ReturnType<typeof createClient> | undefined;
+  let nodeRedisCluster: ReturnType<typeof createCluster> | undefined;
   let replicated: { primary: PrivateRedis; replica: PrivateRedis; client: Redis } | undefined;
   const clients: (Redis | Cluster)[] = [];
   const pools = new Map<string, pg.Pool>();
@@ -83,14 +95,30 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     [schema, lite, cluster, replicatedCluster] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
-      wants('redis cluster', 'redis cluster, autopipelining', 'redis cluster, restart fence')
+      wants(
+        'redis cluster',
+        'redis cluster, autopipelining',
+        'redis cluster, restart fence',
+        'redis cluster, node-redis',
+      )
         ? startPrivateCluster(3)
         : undefined,
       wants('redis cluster, replicas acknowledged') ? startPrivateCluster(3, 1) : undefined,
     ]);
     if (wants('redis, restart fence')) await fenced().initialize();
     if (wants('redis cluster, restart fence')) await clusterFenced().initialize();
-    if (wants('redis, replicas acknowledged')) replicated = await startReplicated();
+    if (wants('redis, replicas acknowledged', 'redis, node-redis, replicas acknowledged'))
+      replicated = await startReplicated();
+    if (wants('redis, node-redis', 'redis, node-redis, restart fence')) {
+      nodeRedis = await connected(createClient({ url: REDIS_URL }));
+      if (wants('redis, node-redis, restart fence')) await nodeRedisFenced().initialize();
+    }
+    if (wants('redis, node-redis, replicas acknowledged'))
+      nodeRedisReplicated = await connected(createClient({ url: `redis://127.0.0.1:${replicated!.primary.port}` }));
+    if (wants('redis cluster, node-redis'))
+      nodeRedisCluster = await connected(
+        createCluster({ rootNodes: cluster!.ports.map((port) => ({ url: `redis://127.0.0.1:${port}` })) }),
+      );
     for (const level of ['repeatable read', 'serializable'] as const) {
       if (!wants(`postgres, ${level.toUpperCase()}` as StoreKind) || schema === undefined) continue;
       const pool = poolAtIsolation(schema, level);
@@ -107,6 +135,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     await deleteByPrefix(redis, prefix);
     redis.disconnect();
     replicated?.client.disconnect();
+    await Promise.all(nodeRedisClients.map((c) => c.close().catch(() => {})));
     await Promise.all([
       schema?.drop(),
       lite?.close(),
@@ -132,6 +161,16 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let clusteredPipelined: Redis | Cluster | undefined;
   const clusterClient = () => (clustered ??= client({ cluster: true, pipelined: false }) as Cluster);
   const fenced = () => redisStore({ client: redis, prefix: `${prefix}f:`, restartFence: true });
+  const nodeRedisFenced = () => redisStore({ client: nodeRedis!, prefix: `${prefix}nf:`, restartFence: true });
+  /** A node-redis client or cluster, connected, closed after the file's tests. */
+  async function connected<
+    C extends { connect(): Promise<unknown>; close(): Promise<unknown>; on(...args: never[]): unknown },
+  >(c: C): Promise<C> {
+    (c.on as (event: string, listener: () => void) => unknown)('error', () => {});
+    await c.connect();
+    nodeRedisClients.push(c);
+    return c;
+  }
   const clusterFenced = () => redisStore({ client: clusterClient(), prefix: 'cf:', restartFence: true });
 
   const make = (kind: StoreKind): IdempotencyStore => {
@@ -161,6 +200,16 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         clients.push(c);
         return track(redisStore({ client: c, prefix: 'ca:', waitForReplicas: { replicas: 1, timeout: 1_000 } }));
       }
+      case 'redis, node-redis':
+        return track(redisStore({ client: nodeRedis!, prefix: `${prefix}n:` }));
+      case 'redis, node-redis, restart fence':
+        return track(nodeRedisFenced());
+      case 'redis, node-redis, replicas acknowledged':
+        return track(
+          redisStore({ client: nodeRedisReplicated!, prefix, waitForReplicas: { replicas: 1, timeout: 1_000 } }),
+        );
+      case 'redis cluster, node-redis':
+        return track(redisStore({ client: nodeRedisCluster!, prefix: 'cn:' }));
       case 'postgres':
         return drizzleStore({ db: schema!.db });
       case 'postgres, REPEATABLE READ':

@@ -16,6 +16,7 @@ const live = liveStores('cluster', [
   'redis cluster, autopipelining',
   'redis cluster, restart fence',
   'redis cluster, replicas acknowledged',
+  'redis cluster, node-redis',
 ]);
 for (const { name, make, notifies } of live.stores)
   describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { recordId } from '../../src/core/key.js';
 import { createIdempotencyEngine } from '../../src/index.js';
 import { type RedisStore, redisStore } from '../../src/redis.js';
+import { connectionOf } from '../../src/stores/redis-client.js';
 import { fenceMarkers, keySlot } from '../../src/stores/redis-fence.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
@@ -65,7 +66,7 @@ const setups: [string, () => Setup][] = [
         markers: 16_384,
         async forget(store, prefix, ids) {
           // what the master of each id's slot held is gone (the other masters keep theirs)
-          const markers = fenceMarkers(client, prefix);
+          const markers = fenceMarkers(connectionOf(client)!, prefix);
           for (const id of ids) {
             const key = store.keyOf(id);
             await client.del(key, `${key}:steps`, markers.of(key));
@@ -211,7 +212,9 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     expect(await claim(open, held, 'retry')).toMatchObject({ state: 'acquired' });
     await forget([held], open, openPrefix);
     expect(await open.extend({ id: held, token: 'holder', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
-    expect(await setup.client.exists(fenceMarkers(setup.client, openPrefix).of(open.keyOf(held)))).toBe(0);
+    expect(await setup.client.exists(fenceMarkers(connectionOf(setup.client)!, openPrefix).of(open.keyOf(held)))).toBe(
+      0,
+    );
   });
 
   it('through the engine: a refused claim answers store_unavailable and runs nothing, even when failing open', async () => {

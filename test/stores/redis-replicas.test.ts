@@ -7,9 +7,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, IdempotencyConfigError } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
+import type { RedisClient } from '../../src/stores/redis-client.js';
 import { keySlot } from '../../src/stores/redis-fence.js';
 import { CLAIM } from '../../src/stores/redis-scripts.js';
 import {
@@ -33,6 +35,9 @@ beforeAll(async () => {
   primary = await startPrivateRedis();
   replica = await startPrivateRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
   client = new Redis({ port: primary.port });
+  nodeClient = createClient({ url: `redis://127.0.0.1:${primary.port}` });
+  nodeClient.on('error', () => {});
+  await nodeClient.connect();
   onReplica = new Redis({ port: replica.port });
   for (let tries = 0; !(await onReplica.info('replication')).includes('master_link_status:up'); tries++) {
     if (tries === 200) throw new Error('the replica did not sync with its primary within 10 s');
@@ -41,6 +46,7 @@ beforeAll(async () => {
 }, 30_000);
 afterAll(async () => {
   client?.disconnect();
+  await nodeClient?.close();
   onReplica?.disconnect();
   replica?.process.kill('SIGCONT');
   await Promise.all([primary?.stop(), replica?.stop()]);
@@ -58,9 +64,16 @@ async function withReplicaStopped<T>(fn: () => Promise<T>): Promise<T> {
 
 const id = () => `:replicas:${randomUUID()}`;
 
-describe('waitForReplicas', () => {
+let nodeClient: ReturnType<typeof createClient>;
+/** The store's client: ioredis, and node-redis. Every reading of the servers goes through the ioredis clients. */
+const CLIENTS: [string, () => RedisClient][] = [
+  ['ioredis', () => client],
+  ['node-redis', () => nodeClient],
+];
+
+describe.each(CLIENTS)('waitForReplicas, on %s', (_library, storeClient) => {
   it('a claim and a completion answer once the replica holds them', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
     const record = id();
     expect(await store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK })).toMatchObject({
       state: 'acquired',
@@ -71,8 +84,8 @@ describe('waitForReplicas', () => {
   });
 
   it('too few replicas within the timeout: the claim fails closed and is given back; a store without the option takes it', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
-    const plain = redisStore({ client, prefix: 'acked:' });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
+    const plain = redisStore({ client: storeClient(), prefix: 'acked:' });
     const record = id();
     await withReplicaStopped(async () => {
       await expect(store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK })).rejects.toThrow(
@@ -87,7 +100,7 @@ describe('waitForReplicas', () => {
   });
 
   it('a claim that took nothing (a replay, a key in flight) answers without the replica: only taking a record must reach it', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
     const done = id();
     const held = id();
     await store.claim({ id: done, fingerprint: 'fp', token: 't', lockTtl: LOCK });
@@ -107,7 +120,7 @@ describe('waitForReplicas', () => {
   });
 
   it('a completion the replica did not acknowledge fails, and the same completion sent again once it is back succeeds', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
     const record = id();
     const input = { id: record, fingerprint: 'fp', token: 't', state: 'completed', body: '1', ttl: 60_000 } as const;
     await store.claim({ id: record, fingerprint: 'fp', token: 't', lockTtl: LOCK });
@@ -117,7 +130,7 @@ describe('waitForReplicas', () => {
   });
 
   it('through the engine: nothing runs without the replica, even when failing open (503 store_unavailable); it runs once it is back', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
     const engine = createIdempotencyEngine({ store, lockTtl: LOCK, storeTimeout: 1_000, onStoreError: 'fail-open' });
     const key = randomUUID();
     let runs = 0;
@@ -130,8 +143,8 @@ describe('waitForReplicas', () => {
   });
 
   it('sends one WAIT for the scripts of one turn of the event loop, and none without the option', async () => {
-    const store = redisStore({ client, prefix: 'acked:', waitForReplicas: ACKS });
-    const plain = redisStore({ client, prefix: 'acked:' });
+    const store = redisStore({ client: storeClient(), prefix: 'acked:', waitForReplicas: ACKS });
+    const plain = redisStore({ client: storeClient(), prefix: 'acked:' });
     const claimAll = (s: typeof store) =>
       Promise.all(
         Array.from({ length: 10 }, () => s.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK })),
@@ -157,8 +170,8 @@ describe('waitForReplicas', () => {
     [{ replicas: 1 }, /timeout must be .* got undefined/],
     [null, /replicas must be a whole number of at least 1, got undefined/],
   ])('refuses waitForReplicas %j, saying what to pass', (acks, message) => {
-    expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(IdempotencyConfigError);
-    expect(() => redisStore({ client, waitForReplicas: acks as never })).toThrow(message);
+    expect(() => redisStore({ client: storeClient(), waitForReplicas: acks as never })).toThrow(IdempotencyConfigError);
+    expect(() => redisStore({ client: storeClient(), waitForReplicas: acks as never })).toThrow(message);
   });
 });
 

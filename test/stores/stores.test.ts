@@ -26,6 +26,9 @@ const { stores, redis, prefix } = liveStores('contract', [
   'redis, autopipelining',
   'redis, restart fence',
   'redis, replicas acknowledged',
+  'redis, node-redis',
+  'redis, node-redis, restart fence',
+  'redis, node-redis, replicas acknowledged',
 ]);
 for (const { name, make, notifies } of stores)
   describeStoreContract(name, () => ({ store: make(), advance: sleep }), { notifies });
@@ -57,8 +60,10 @@ describe('redis store specifics', () => {
     expect(await redis.pttl(store.keyOf(id))).toBeGreaterThan(86_000_000);
   });
 
-  it('refuses a client that is not ioredis and a prefix with braces', () => {
-    expect(() => redisStore({ client: {} as never })).toThrow(/must be an ioredis Redis or Cluster instance/);
+  it('refuses a client that is neither ioredis nor node-redis, and a prefix with braces', () => {
+    expect(() => redisStore({ client: {} as never })).toThrow(
+      /must be an ioredis Redis or Cluster, or a node-redis client, cluster or Sentinel \(createClient, createCluster, createSentinel\), got/,
+    );
     expect(() => redisStore({ client: redis, prefix: 'a{b}' })).toThrow(/without braces/);
   });
 });

@@ -1,0 +1,177 @@
+// What the Redis store needs of a client, the same for ioredis and node-redis: the store's code above
+// this file never sees which one it runs on.
+
+/* biome-ignore-all lint/suspicious/noExplicitAny: the clients are described by what the store calls on them, so that
+   neither ioredis's types nor node-redis's are needed to compile against this package */
+
+/** An ioredis `Redis` (single node, Sentinel) or `Cluster`, ioredis 5 or 6, by what the store uses of it. */
+export interface IoRedisClient {
+  evalsha(...args: any[]): Promise<unknown>;
+  eval(...args: any[]): Promise<unknown>;
+  pipeline(...args: any[]): any;
+  duplicate(...args: any[]): any;
+  set(...args: any[]): Promise<unknown>;
+  readonly isCluster?: boolean;
+  readonly options?: { readonly keyPrefix?: string | undefined } | object;
+}
+
+/**
+ * A node-redis client (`createClient`, connected), cluster (`createCluster`) or
+ * Sentinel (`createSentinel`), node-redis 5 or 6 (`redis` or `@redis/client`),
+ * by what the store uses of it.
+ */
+export interface NodeRedisClient {
+  sendCommand(...args: any[]): Promise<any>;
+  duplicate(...args: any[]): any;
+}
+
+export type RedisClient = IoRedisClient | NodeRedisClient;
+
+/** A command to one Redis: its name and arguments. */
+export type RedisCommand = readonly [string, ...(string | number)[]];
+
+/** Each command's own outcome, in the order sent. */
+export type Settled = { ok: true; reply: unknown } | { ok: false; error: unknown };
+
+export interface RedisConnection {
+  readonly library: 'ioredis' | 'node-redis';
+  readonly isCluster: boolean;
+  /** The client's own key prefix, which it adds to every key it sends (ioredis's `keyPrefix`). */
+  readonly keyPrefix: string;
+  /** One command; `route` is a key of the slot it belongs to (a Cluster sends it to that slot's master). */
+  send(command: RedisCommand, route: string): Promise<unknown>;
+  /** Commands in this order on one connection (a Cluster: that of `route`'s master), in one write where the client can. */
+  pipeline(commands: RedisCommand[], route: string): Promise<Settled[]>;
+  /** Subscribes to `channel` on a connection of the store's own (opened on the first call); `onMessage` gets each message. */
+  subscribe(channel: string, onMessage: (message: string) => void): Promise<void>;
+  /** Closes what `subscribe` opened, if anything. */
+  closeSubscriber(): Promise<void>;
+  /** An error Redis answered (not a failure to get an answer). */
+  isErrorReply(error: unknown): boolean;
+}
+
+const isFunction = (value: unknown) => typeof value === 'function';
+
+/** The connection of a client, or undefined if it is neither ioredis's nor node-redis's. */
+export function connectionOf(client: unknown): RedisConnection | undefined {
+  if (client === null || typeof client !== 'object') return undefined;
+  const c = client as Record<string, unknown>;
+  if (isFunction(c.evalsha) && isFunction(c.pipeline)) return ioredis(client as IoRedisClient);
+  if (isFunction(c.sendCommand) && isFunction(c.duplicate)) return nodeRedis(client as NodeRedisClient);
+  return undefined;
+}
+
+function ioredis(client: IoRedisClient): RedisConnection {
+  const isCluster = client.isCluster === true;
+  let subscriber: any;
+  const listeners = new Map<string, (message: string) => void>();
+  return {
+    library: 'ioredis',
+    isCluster,
+    keyPrefix: ((client.options as { keyPrefix?: string } | undefined)?.keyPrefix ?? '') as string,
+    send([name, ...args]) {
+      return (client as any)[name.toLowerCase()](...args);
+    },
+    async pipeline(commands) {
+      const pipeline = client.pipeline();
+      for (const [name, ...args] of commands) pipeline[name.toLowerCase()](...args);
+      const replies = (await pipeline.exec()) as [Error | null, unknown][] | null;
+      return commands.map((_, i) => {
+        const reply = replies?.[i];
+        if (reply === undefined)
+          return { ok: false, error: new Error('redisStore: Redis returned no reply to a pipelined command.') };
+        return reply[0] === null ? { ok: true, reply: reply[1] } : { ok: false, error: reply[0] };
+      });
+    },
+    async subscribe(channel, onMessage) {
+      listeners.set(channel, onMessage);
+      if (subscriber === undefined) {
+        // A subscribed connection can run nothing else: the store opens its own.
+        subscriber = client.duplicate();
+        subscriber.on('error', () => {
+          // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
+        });
+        subscriber.on('message', (from: string, message: string) => listeners.get(from)?.(message));
+      }
+      await subscriber.subscribe(channel);
+    },
+    async closeSubscriber() {
+      const sub = subscriber;
+      subscriber = undefined;
+      if (sub !== undefined) await sub.quit().catch(() => sub.disconnect());
+    },
+    // ioredis rejects with a ReplyError when Redis answered with an error.
+    isErrorReply: (error) => error instanceof Error && error.name === 'ReplyError',
+  };
+}
+
+function nodeRedis(client: NodeRedisClient): RedisConnection {
+  const c = client as any;
+  const kind = isFunction(c.getSlotMaster)
+    ? 'cluster'
+    : isFunction(c.acquire) && isFunction(c.use)
+      ? 'sentinel'
+      : 'client';
+  /** node-redis takes strings (or Buffers) only. */
+  const argv = (command: RedisCommand) => command.map(String);
+  const sendOn = (target: any, command: RedisCommand, route: string): Promise<unknown> =>
+    kind === 'cluster'
+      ? target.sendCommand(route, false, argv(command))
+      : kind === 'sentinel'
+        ? target.sendCommand(false, argv(command))
+        : target.sendCommand(argv(command));
+  /** Commands sent in one turn go out in one write, in order, on one connection: node-redis pipelines them itself. */
+  const inOrder = (target: any, commands: RedisCommand[], route: string) =>
+    Promise.all(
+      commands.map((command) =>
+        sendOn(target, command, route).then(
+          (reply): Settled => ({ ok: true, reply }),
+          (error: unknown): Settled => ({ ok: false, error }),
+        ),
+      ),
+    );
+  let subscriber: any;
+  let subscribed: { channel: string; listener: (message: string) => void } | undefined;
+  return {
+    library: 'node-redis',
+    isCluster: kind === 'cluster',
+    keyPrefix: '',
+    send: (command, route) => sendOn(c, command, route),
+    // A Sentinel client hands out connections from a pool: one lease keeps the commands (a script and its WAIT) together.
+    pipeline: (commands, route) =>
+      kind === 'sentinel' ? c.use((lease: any) => inOrder(lease, commands, route)) : inOrder(c, commands, route),
+    async subscribe(channel, onMessage) {
+      const listener = (message: string) => onMessage(message);
+      if (kind === 'client') {
+        // A subscribed connection can run nothing else: the store opens its own.
+        if (subscriber === undefined) {
+          subscriber = c.duplicate();
+          subscriber.on('error', () => {
+            // Reconnection (and resubscription) is node-redis's job; waiters poll meanwhile.
+          });
+          await subscriber.connect();
+        }
+        await subscriber.subscribe(channel, listener);
+      } else {
+        // A cluster and a Sentinel client keep a pub/sub connection of their own.
+        await c.subscribe(channel, listener);
+      }
+      subscribed = { channel, listener };
+    },
+    async closeSubscriber() {
+      const sub = subscriber;
+      const was = subscribed;
+      subscriber = undefined;
+      subscribed = undefined;
+      if (sub !== undefined) await Promise.resolve(sub.close?.() ?? sub.quit()).catch(() => sub.destroy?.());
+      else if (was !== undefined) await c.unsubscribe(was.channel, was.listener).catch(() => {});
+    },
+    // node-redis rejects with an ErrorReply (or a subclass) when Redis answered with an error.
+    isErrorReply(error) {
+      for (let proto = Object.getPrototypeOf(error); proto !== null; proto = Object.getPrototypeOf(proto)) {
+        if (proto.constructor?.name === 'ErrorReply') return true;
+      }
+      return false;
+    },
+  };
+}
