@@ -1,7 +1,8 @@
 /**
  * Redis hung (SIGSTOP): connections stay open and nothing answers, the
  * failure a timeout must catch, since no error ever arrives. On a
- * redis-server of this file's own, with a default ioredis client.
+ * redis-server of this file's own, with a default ioredis client and a
+ * default node-redis client.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -14,24 +15,29 @@ const STORE_TIMEOUT = 500;
 const SLACK = 4_000;
 
 let redis: ControlledRedis;
-let app: PayApp;
 beforeAll(async () => {
   redis = await startControlledRedis({ persist: false });
-  app = await startPayApp({
-    store: { redis: redis.url, prefix: 'hang:' },
-    lockTtl: LOCK_TTL,
-    storeTimeout: STORE_TIMEOUT,
-  });
 });
 afterAll(async () => {
-  await app?.close();
   await redis?.destroy();
 });
 afterEach(() => {
   redis.resume(); // never leave it stopped, whatever failed
 });
 
-describe('Redis hung (SIGSTOP)', () => {
+describe.each(['ioredis', 'node-redis'] as const)('Redis hung (SIGSTOP), %s client', (library) => {
+  let app: PayApp;
+  beforeAll(async () => {
+    app = await startPayApp({
+      store: { redis: redis.url, prefix: `hang-${library}:`, library },
+      lockTtl: LOCK_TTL,
+      storeTimeout: STORE_TIMEOUT,
+    });
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
+
   it('fails closed with 503 within the store timeout, stays healthy, and serves again by itself after SIGCONT', async () => {
     const done = randomUUID();
     const stored = await pay(app.url, done, { amount: 10 });

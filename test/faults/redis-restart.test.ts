@@ -19,16 +19,18 @@ const TRIALS = 4;
 const SLACK = 6_000;
 
 describe.each([
-  ['with persistence (appendfsync always)', true],
-  ['restarted empty (no persistence)', false],
-])('Redis %s, killed between the claim and the completion', (_label, persist) => {
+  ['with persistence (appendfsync always)', true, 'ioredis'],
+  ['restarted empty (no persistence)', false, 'ioredis'],
+  ['with persistence (appendfsync always)', true, 'node-redis'],
+  ['restarted empty (no persistence)', false, 'node-redis'],
+] as const)('Redis %s, killed between the claim and the completion, %s client', (_label, persist, library) => {
   let redis: ControlledRedis;
   let a: PayApp;
   let b: PayApp;
   const executionsPerKey: Record<string, number[]> = { same: [], other: [] };
   const appOn = (port: number) =>
     startPayApp({
-      store: { redis: `redis://127.0.0.1:${port}`, prefix: 'restart:' },
+      store: { redis: `redis://127.0.0.1:${port}`, prefix: 'restart:', library },
       lockTtl: LOCK_TTL,
       storeTimeout: STORE_TIMEOUT,
       warmUp: true,
@@ -40,7 +42,7 @@ describe.each([
   });
   afterAll(async () => {
     console.log(
-      `[redis ${persist ? 'persistent' : 'empty'} restart] executions per key: ${JSON.stringify(executionsPerKey)}`,
+      `[redis ${persist ? 'persistent' : 'empty'} restart, ${library}] executions per key: ${JSON.stringify(executionsPerKey)}`,
     );
     await Promise.all([a?.close(), b?.close()]);
     await redis?.destroy();

@@ -1,14 +1,15 @@
 /**
- * Claims that reach Redis late or twice, through real ioredis clients on a
+ * Claims that reach Redis late or twice, through real ioredis (and, late, node-redis) clients on a
  * real Redis, with a TCP pipe in front that holds requests back (what
  * ioredis's offline queue does through an outage) or cuts the connection
  * after Redis answered (ioredis then sends the command again).
  */
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent } from '../../src/index.js';
-import { redisStore } from '../../src/redis.js';
+import { type RedisClient, redisStore } from '../../src/redis.js';
 import { CLAIM } from '../../src/stores/redis-scripts.js';
 import { startPipe } from '../helpers/proxy.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
@@ -50,7 +51,15 @@ async function holdingPipe() {
   };
 }
 
-function client(port: number): Redis {
+/** A client of `library` on `port`, connected. */
+async function client(port: number, library: 'ioredis' | 'node-redis' = 'ioredis'): Promise<RedisClient> {
+  if (library === 'node-redis') {
+    const c = createClient({ socket: { port, host: '127.0.0.1' } });
+    c.on('error', () => {});
+    await c.connect();
+    cleanups.push(() => c.destroy());
+    return c;
+  }
   const c = new Redis({ port });
   c.on('error', () => {});
   cleanups.push(() => c.disconnect());
@@ -59,70 +68,76 @@ function client(port: number): Redis {
 
 const STORE_TIMEOUT = 200;
 
-describe('a claim that reaches Redis after its caller gave up', () => {
-  it.each([
-    ['on the same instance as the holder', true, true],
-    ['on another instance', false, true],
-    // its claim carries no deadline: it takes the key, is given back, and the holder's completion, refused meanwhile, is tried again
-    ['on another instance that never had an answer from Redis before', false, false],
-  ])(
-    '%s never takes the key from a holder whose completion follows it: one execution, the retry replays',
-    async (_label, sameInstance, warm) => {
-      const holderPipe = await holdingPipe();
-      const retryPipe = sameInstance ? holderPipe : await holdingPipe();
-      const events: IdempotencyEvent[] = [];
-      const options = {
-        lockTtl: 30_000,
-        storeTimeout: STORE_TIMEOUT,
-        onEvent: (e: IdempotencyEvent) => events.push(e),
-      };
-      const holderStore = redisStore({ client: client(holderPipe.port), prefix });
-      const holder = createIdempotencyEngine({ store: holderStore, ...options });
-      const other = sameInstance
-        ? holder
-        : createIdempotencyEngine({ store: redisStore({ client: client(retryPipe.port), prefix }), ...options });
-      // engines that have had a claim answered know Redis's clock
-      await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
-      if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+describe.each(['ioredis', 'node-redis'] as const)(
+  'a claim that reaches Redis after its caller gave up (%s)',
+  (library) => {
+    it.each([
+      ['on the same instance as the holder', true, true],
+      ['on another instance', false, true],
+      // its claim carries no deadline: it takes the key, is given back, and the holder's completion, refused meanwhile, is tried again
+      ['on another instance that never had an answer from Redis before', false, false],
+    ])(
+      '%s never takes the key from a holder whose completion follows it: one execution, the retry replays',
+      async (_label, sameInstance, warm) => {
+        const holderPipe = await holdingPipe();
+        const retryPipe = sameInstance ? holderPipe : await holdingPipe();
+        const events: IdempotencyEvent[] = [];
+        const options = {
+          lockTtl: 30_000,
+          storeTimeout: STORE_TIMEOUT,
+          onEvent: (e: IdempotencyEvent) => events.push(e),
+        };
+        const holderStore = redisStore({ client: await client(holderPipe.port, library), prefix });
+        const holder = createIdempotencyEngine({ store: holderStore, ...options });
+        const other = sameInstance
+          ? holder
+          : createIdempotencyEngine({
+              store: redisStore({ client: await client(retryPipe.port, library), prefix }),
+              ...options,
+            });
+        // engines that have had a claim answered know Redis's clock
+        await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
+        if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
 
-      const input = { key: randomUUID(), name: 'pay', payload: { amount: 5 } };
-      let runs = 0;
-      const charging = gate();
-      const first = holder.run(input, async () => {
-        runs++;
-        await charging.opened;
-        return `charge-${runs}`;
-      });
-      await expect.poll(() => runs).toBe(1);
+        const input = { key: randomUUID(), name: 'pay', payload: { amount: 5 } };
+        let runs = 0;
+        const charging = gate();
+        const first = holder.run(input, async () => {
+          runs++;
+          await charging.opened;
+          return `charge-${runs}`;
+        });
+        await expect.poll(() => runs).toBe(1);
 
-      // Redis goes away: requests wait (ioredis queues them), and it comes back empty.
-      holderPipe.hold();
-      retryPipe.hold();
-      // the client retries meanwhile: refused after the store timeout, its claim still queued
-      await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({
-        reason: 'store_unavailable',
-      });
-      charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
-      await sleep(20);
-      await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
-      retryPipe.release(); // the late claim lands first...
-      holderPipe.release(); // ...then the holder's completion, still awaited
+        // Redis goes away: requests wait (as a client queues them through an outage), and it comes back empty.
+        holderPipe.hold();
+        retryPipe.hold();
+        // the client retries meanwhile: refused after the store timeout, its claim still queued
+        await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({
+          reason: 'store_unavailable',
+        });
+        charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
+        await sleep(20);
+        await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
+        retryPipe.release(); // the late claim lands first...
+        holderPipe.release(); // ...then the holder's completion, still awaited
 
-      expect(await first).toEqual({ value: 'charge-1', replayed: false });
-      await sleep(300); // the late claim's give-back, if there is one, has happened
-      expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
-      expect(runs).toBe(1);
-      expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
-      expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
-    },
-  );
-});
+        expect(await first).toEqual({ value: 'charge-1', replayed: false });
+        await sleep(300); // the late claim's give-back, if there is one, has happened
+        expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
+        expect(runs).toBe(1);
+        expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
+        expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
+      },
+    );
+  },
+);
 
 describe('a claim that ioredis sends twice', () => {
   it('after a reconnect, the claim that holds the record is the caller own: it runs, once', async () => {
     const proxy = await startTriggerProxy(redisPort);
     cleanups.push(() => proxy.close());
-    const store = redisStore({ client: client(proxy.port), prefix });
+    const store = redisStore({ client: await client(proxy.port), prefix });
     const engine = createIdempotencyEngine({ store, storeTimeout: 3_000 });
     await engine.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
     const input = { key: randomUUID(), name: 'pay', payload: { amount: 7 } };
