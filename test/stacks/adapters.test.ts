@@ -1,0 +1,545 @@
+/**
+ * docs/server.md's adapter snippets, as the page shows them, served on each
+ * adapter from one temporary project where the packed library is installed
+ * beside Express 5, Express 4 (as `express4`, npm:express@4), Fastify 5 and
+ * Next.js, with a plain `npm install` (no peer flags):
+ *
+ * - standalone.ts, express.ts (run on Express 5, and on Express 4 through a
+ *   resolve hook that maps `express` to `express4`) and fastify.ts, compiled
+ *   with the project's TypeScript and run with node;
+ * - fetch.ts's `handler` behind Node's http server (./adapters/fetch-bridge.ts);
+ * - the App Router route and the Pages Router API route in one Next.js app,
+ *   type-checked and built by `next build`, served by `next start`;
+ * - docs/lambda.md's context.ts and handler.ts, fed the events of a REST API,
+ *   an HTTP API and a function URL built from real HTTP requests
+ *   (./adapters/lambda-bridge.ts).
+ *
+ * The snippets import `./router.js`; here that is ./adapters/router.ts: the
+ * page's `pay`, a mutation held until released (for the 409) and a count of
+ * executions. On each adapter the same scenario runs over HTTP, and one line
+ * per adapter is printed.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { blocksOf } from '../../scripts/check-docs.js';
+import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
+
+const FIXTURES = join(REPO, 'test/stacks/adapters');
+
+/** What the project installs beside the packed library. */
+const DEPENDENCIES = {
+  '@trpc/server': '11.25.2',
+  express: '^5.1.0',
+  express4: 'npm:express@^4.21.2',
+  fastify: '^5.4.0',
+  next: '^16.0.0',
+  react: '^19.2.0',
+  'react-dom': '^19.2.0',
+  zod: '^4.1.0',
+  // next build type-checks with the project's TypeScript; the node servers are compiled with it too
+  typescript: '^5.9.3',
+  '@types/node': '^20.19.0',
+  '@types/react': '^19.2.0',
+  '@types/express': '^5.0.3',
+};
+
+/** Each block of a page, by its file name. */
+function snippet(page: string, title: string): string {
+  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
+  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
+  return `${found.code}\n`;
+}
+
+/** docs/server.md's snippets and where each goes in the project (the Pages route beside the App route's path). */
+const SERVER_SNIPPETS: Array<[title: string, file: string]> = [
+  ['standalone.ts', 'standalone.ts'],
+  ['fetch.ts', 'fetch.ts'],
+  ['express.ts', 'express.ts'],
+  ['fastify.ts', 'fastify.ts'],
+  ['app/api/trpc/[trpc]/route.ts', 'app/api/trpc/[trpc]/route.ts'],
+  // same depth, so its `../../../router` import holds; /api/trpc is the App Router's
+  ['pages/api/trpc/[trpc].ts', 'pages/api/pages-trpc/[trpc].ts'],
+];
+
+interface Adapter {
+  name: string;
+  /** Where the router is served: `${base}/pay`. */
+  base: string;
+  server: Server;
+}
+
+interface Server {
+  child: ChildProcess;
+  output: () => string;
+}
+
+const timings: Record<string, number> = {};
+const versions: Record<string, string> = {};
+const rows: string[] = [];
+let dir: string;
+let installOutput = '';
+const servers: Server[] = [];
+
+function writeFile(file: string, text: string) {
+  mkdirSync(dirname(join(dir, file)), { recursive: true });
+  writeFileSync(join(dir, file), text);
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts a server in a process group of its own (next start runs children). */
+function start(args: string[], env: Record<string, string>): Server {
+  const child = spawn(process.execPath, args, {
+    cwd: dir,
+    env: commandEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const server = { child, output: () => output };
+  servers.push(server);
+  return server;
+}
+
+function stop(server: Server): Promise<void> {
+  const { child } = server;
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const pid = child.pid;
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }, 5_000);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    try {
+      process.kill(-pid, 'SIGTERM');
+    } catch {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+}
+
+/** Resolves once `${base}/stats` answers 200. */
+async function serving(adapter: Adapter): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  const { child, output } = adapter.server;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`${adapter.name}: the server exited with ${child.exitCode ?? child.signalCode}:\n${output()}`);
+    try {
+      const response = await fetch(`${adapter.base}/stats`, { signal: AbortSignal.timeout(2_000) });
+      if (response.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${adapter.name}: ${adapter.base}/stats did not answer within 60 s:\n${output()}`);
+}
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  /** JSON when it parses: a call's body, or a batch's array of them. */
+  body: unknown;
+}
+
+/** What the scenario reads of a call's body. */
+interface CallBody {
+  result?: { data?: { amount?: number } };
+  error?: { data?: { idempotency?: { reason?: string } } };
+}
+
+/**
+ * One POST over Node's http client, so that a header given as an array is
+ * sent as that many header lines.
+ */
+function post(url: string, headers: Record<string, string | string[]>, body: unknown): Promise<Answer> {
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers },
+        timeout: 30_000,
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => {
+          let parsed: unknown = text;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            // not JSON: kept as text, for the failure message
+          }
+          resolve({ status: res.statusCode!, headers: res.headers, body: parsed });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`no answer from ${url} in 30 s`)));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+async function stats(base: string): Promise<{ executions: number; holding: string[] }> {
+  const response = await fetch(`${base}/stats`);
+  const body = (await response.json()) as { result: { data: { executions: number; holding: string[] } } };
+  return body.result.data;
+}
+
+const STEPS = ['first', 'replay', '422', '409', 'no key', 'batch', 'batch replay', 'twice'] as const;
+type Step = (typeof STEPS)[number];
+interface Outcome {
+  ok: boolean;
+  /** What came back, for the table. */
+  seen: string;
+}
+
+const reason = (answer: Answer) => (answer.body as CallBody | undefined)?.error?.data?.idempotency?.reason;
+const dataOf = (answer: Answer) => (answer.body as CallBody | undefined)?.result?.data;
+
+/** The scenario over HTTP; every step runs, whatever the ones before it gave. */
+async function scenario(base: string): Promise<Record<Step, Outcome>> {
+  const outcomes = {} as Record<Step, Outcome>;
+  const step = async (name: Step, body: () => Promise<Outcome>) => {
+    try {
+      outcomes[name] = await body();
+    } catch (error) {
+      outcomes[name] = { ok: false, seen: `threw ${String(error).slice(0, 200)}` };
+    }
+  };
+  const key = randomUUID();
+  let first: Answer | undefined;
+
+  await step('first', async () => {
+    const before = await stats(base);
+    first = await post(`${base}/pay`, { 'idempotency-key': key }, { amount: 100 });
+    const ran = (await stats(base)).executions - before.executions;
+    return {
+      ok:
+        first.status === 200 &&
+        dataOf(first)?.amount === 100 &&
+        first.headers['idempotent-replayed'] === undefined &&
+        ran === 1,
+      seen: `${first.status}${ran === 1 ? '' : `, ran ${ran} times`}`,
+    };
+  });
+
+  await step('replay', async () => {
+    const before = await stats(base);
+    const again = await post(`${base}/pay`, { 'idempotency-key': key }, { amount: 100 });
+    const ran = (await stats(base)).executions - before.executions;
+    const same = JSON.stringify(again.body) === JSON.stringify(first?.body);
+    const marker = again.headers['idempotent-replayed'];
+    return {
+      ok: again.status === 200 && same && marker === 'true' && ran === 0,
+      seen: `${again.status} replayed=${marker ?? '-'}${same ? '' : ', another body'}${ran === 0 ? '' : `, ran ${ran}`}`,
+    };
+  });
+
+  await step('422', async () => {
+    const other = await post(`${base}/pay`, { 'idempotency-key': key }, { amount: 200 });
+    return {
+      ok: other.status === 422 && reason(other) === 'payload_mismatch',
+      seen: `${other.status} ${reason(other)}`,
+    };
+  });
+
+  await step('409', async () => {
+    const id = randomUUID();
+    const holdKey = randomUUID();
+    const running = post(`${base}/hold`, { 'idempotency-key': holdKey }, { id });
+    let duplicate: Answer;
+    try {
+      const deadline = Date.now() + 15_000;
+      while (!(await stats(base)).holding.includes(id)) {
+        if (Date.now() > deadline) throw new Error('the held mutation never started');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      duplicate = await post(`${base}/hold`, { 'idempotency-key': holdKey }, { id });
+    } finally {
+      await post(`${base}/release`, {}, { id });
+    }
+    const settled = await running; // the first, released, ends with its result
+    const retryAfter = duplicate.headers['retry-after'];
+    return {
+      ok:
+        duplicate.status === 409 && reason(duplicate) === 'in_progress' && retryAfter === '1' && settled.status === 200,
+      seen: `${duplicate.status} ${reason(duplicate)} retry-after=${retryAfter ?? '-'}${settled.status === 200 ? '' : `, the first ended with ${settled.status}`}`,
+    };
+  });
+
+  await step('no key', async () => {
+    const before = await stats(base);
+    const answer = await post(`${base}/pay`, {}, { amount: 100 });
+    const ran = (await stats(base)).executions - before.executions;
+    return {
+      ok: answer.status === 400 && reason(answer) === 'key_missing' && ran === 0,
+      seen: `${answer.status} ${reason(answer)}`,
+    };
+  });
+
+  // A batch as httpBatchLink sends it: one request, the inputs by index, a key per call.
+  const batchUrl = `${base}/pay,pay,pay?batch=1`;
+  const batchKeys = [randomUUID(), randomUUID(), randomUUID()];
+  const batchHeaders = Object.fromEntries(batchKeys.map((k, i) => [`idempotency-key-${i}`, k]));
+  const batchBody = { 0: { amount: 1 }, 1: { amount: 2 }, 2: { amount: 3 } };
+  let batch: Answer | undefined;
+  const markers = (answer: Answer) => [0, 1, 2].map((i) => answer.headers[`idempotent-replayed-${i}`] ?? '-');
+
+  await step('batch', async () => {
+    const before = await stats(base);
+    batch = await post(batchUrl, batchHeaders, batchBody);
+    const ran = (await stats(base)).executions - before.executions;
+    const amounts = Array.isArray(batch.body) ? (batch.body as CallBody[]).map((c) => c.result?.data?.amount) : [];
+    return {
+      ok: batch.status === 200 && amounts.join() === '1,2,3' && markers(batch).join() === '-,-,-' && ran === 3,
+      seen: `${batch.status} [${amounts.join(',')}]${markers(batch).join() === '-,-,-' ? '' : ` replayed=${markers(batch).join()}`}${ran === 3 ? '' : `, ran ${ran}`}`,
+    };
+  });
+
+  await step('batch replay', async () => {
+    const before = await stats(base);
+    const again = await post(batchUrl, batchHeaders, batchBody);
+    const ran = (await stats(base)).executions - before.executions;
+    const same = JSON.stringify(again.body) === JSON.stringify(batch?.body);
+    return {
+      ok: again.status === 200 && same && markers(again).join() === 'true,true,true' && ran === 0,
+      seen: `${again.status} replayed=${markers(again).join()}${same ? '' : ', other bodies'}${ran === 0 ? '' : `, ran ${ran}`}`,
+    };
+  });
+
+  await step('twice', async () => {
+    const before = await stats(base);
+    // two `Idempotency-Key` lines in one request
+    const answer = await post(`${base}/pay`, { 'idempotency-key': [randomUUID(), randomUUID()] }, { amount: 100 });
+    const ran = (await stats(base)).executions - before.executions;
+    return {
+      ok: answer.status === 400 && reason(answer) === 'key_invalid' && ran === 0,
+      seen: `${answer.status} ${reason(answer)}`,
+    };
+  });
+
+  return outcomes;
+}
+
+const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/** A line of the results table: the adapter, then a cell per step. */
+const WIDTHS = [21, 6, 18, 21, 30, 16, 12, 28, 16];
+const row = (...cells: (string | string[])[]) =>
+  `[adapters] ${cells
+    .flat()
+    .map((cell, i) => cell.padEnd(WIDTHS[i] ?? 0))
+    .join(' ')
+    .trimEnd()}`;
+
+beforeAll(async () => {
+  const tgz = inject('tgz');
+  dir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-adapters-'));
+
+  // 1. one install: the adapters' frameworks and the packed library, as a user's npm resolves them
+  writeFile(
+    'package.json',
+    `${JSON.stringify(
+      {
+        name: 'adapters',
+        private: true,
+        type: 'module',
+        dependencies: { ...DEPENDENCIES, 'trpc-idempotency': `file:${tgz}` },
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  const install = await run('npm', ['install', ...NPM_FLAGS], dir);
+  timings['npm install'] = install.ms;
+  installOutput = install.output;
+  for (const name of ['trpc-idempotency', ...Object.keys(DEPENDENCIES)]) {
+    versions[name] = (
+      JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }
+    ).version;
+  }
+
+  // 2. the sources: the pages' snippets, the router they import, the bridges
+  for (const [title, file] of SERVER_SNIPPETS) writeFile(file, snippet('docs/server.md', title));
+  for (const title of ['context.ts', 'handler.ts']) writeFile(`lambda/${title}`, snippet('docs/lambda.md', title));
+  copyFileSync(join(FIXTURES, 'router.ts'), join(dir, 'router.ts'));
+  copyFileSync(join(FIXTURES, 'lambda/server.ts'), join(dir, 'lambda/server.ts'));
+  for (const file of ['fetch-bridge.ts', 'lambda-bridge.ts', 'express4-alias.mjs'])
+    copyFileSync(join(FIXTURES, file), join(dir, file));
+  writeFile('next.config.mjs', 'export default {};\n');
+  writeFile(
+    'tsconfig.json',
+    `${JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['dom', 'dom.iterable', 'esnext'],
+          module: 'esnext',
+          moduleResolution: 'bundler',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          isolatedModules: true,
+          jsx: 'react-jsx',
+          plugins: [{ name: 'next' }],
+        },
+        include: ['next-env.d.ts', 'app/**/*.ts', 'pages/**/*.ts'],
+        exclude: ['node_modules'],
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  writeFile(
+    'tsconfig.node.json',
+    `${JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          types: ['node'],
+          strict: true,
+          skipLibCheck: true,
+          outDir: 'out',
+          rootDir: '.',
+        },
+        include: ['*.ts', 'lambda/*.ts'],
+      },
+      null,
+      2,
+    )}\n`,
+  );
+
+  // 3. compiled: the node servers by tsc, the Next.js app by next build (which type-checks it)
+  timings.tsc = (await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.node.json'], dir)).ms;
+  timings['next build'] = (
+    await run(process.execPath, [join(dir, 'node_modules/next/dist/bin/next'), 'build'], dir)
+  ).ms;
+}, 600_000);
+
+afterAll(async () => {
+  await Promise.all(servers.map(stop));
+  const summary = [
+    `[adapters] ${Object.entries(timings)
+      .map(([what, ms]) => `${what} ${s(ms)}`)
+      .join(', ')}`,
+    `[adapters] ${Object.entries(versions)
+      .map(([name, version]) => `${name}@${version}`)
+      .join(' ')}`,
+    row('adapter', [...STEPS], 'time'),
+    ...rows,
+  ];
+  console.log(summary.join('\n'));
+  if (dir !== undefined && process.env.KEEP_STACKS !== '1') rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe('docs/server.md and docs/lambda.md on each adapter, with the packed library', () => {
+  const adapters: Adapter[] = [];
+
+  beforeAll(async () => {
+    const started = performance.now();
+    const node = async (name: string, path: string, args: string[], env: Record<string, string> = {}) => {
+      const port = await freePort();
+      const server = start(args, { PORT: String(port), ...env });
+      adapters.push({
+        name,
+        base: `http://${name === 'Fastify 5' ? 'localhost' : '127.0.0.1'}:${port}${path}`,
+        server,
+      });
+    };
+    await node('standalone', '', ['out/standalone.js']);
+    await node('fetch', '/trpc', ['out/fetch-bridge.js']);
+    await node('Express 5', '/trpc', ['out/express.js']);
+    await node('Express 4', '/trpc', ['--import', './express4-alias.mjs', 'out/express.js']);
+    await node('Fastify 5', '/trpc', ['out/fastify.js']);
+    const nextPort = await freePort();
+    const next = start(
+      [join(dir, 'node_modules/next/dist/bin/next'), 'start', '-p', String(nextPort), '-H', '127.0.0.1'],
+      {
+        PORT: String(nextPort),
+      },
+    );
+    adapters.push({ name: 'Next.js App Router', base: `http://127.0.0.1:${nextPort}/api/trpc`, server: next });
+    adapters.push({ name: 'Next.js Pages Router', base: `http://127.0.0.1:${nextPort}/api/pages-trpc`, server: next });
+    for (const source of ['rest-api', 'http-api', 'function-url'])
+      await node(`Lambda ${source}`, '/trpc', ['out/lambda-bridge.js'], { LAMBDA_SOURCE: source });
+    await Promise.all(adapters.map(serving));
+    timings['servers started'] = Math.round(performance.now() - started);
+  }, 120_000);
+
+  it('installs next to Express 4 and 5, Fastify 5 and Next.js without --legacy-peer-deps or --force', () => {
+    expect(versions['trpc-idempotency']).toBe(JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')).version);
+    expect(versions.express).toMatch(/^5\./);
+    expect(versions.express4).toMatch(/^4\./);
+    expect(versions.fastify).toMatch(/^5\./);
+    expect(installOutput).not.toMatch(/ERESOLVE|overriding peer dependency|Conflicting peer dependency/i);
+  });
+
+  it('Express 4 is the Express that served express.ts under the resolve hook', () => {
+    const express4 = adapters.find((a) => a.name === 'Express 4')!;
+    expect(express4.server.output()).toMatch(/express -> .*\/node_modules\/express4\//);
+  });
+
+  const NAMES = [
+    'standalone',
+    'fetch',
+    'Express 5',
+    'Express 4',
+    'Fastify 5',
+    'Next.js App Router',
+    'Next.js Pages Router',
+    'Lambda rest-api',
+    'Lambda http-api',
+    'Lambda function-url',
+  ];
+  for (const name of NAMES) {
+    it(`${name}: first call, replay, 422, 409, no key, batch of 3 and its replay, the key header twice`, async () => {
+      const adapter = adapters.find((a) => a.name === name)!;
+      const started = performance.now();
+      const outcomes = await scenario(adapter.base);
+      const ms = Math.round(performance.now() - started);
+      rows.push(
+        row(
+          name,
+          STEPS.map((step) => (outcomes[step].ok ? '' : 'FAILED ') + outcomes[step].seen),
+          `${ms} ms`,
+        ),
+      );
+      const failed = STEPS.filter((step) => !outcomes[step].ok).map((step) => `${step}: ${outcomes[step].seen}`);
+      expect(failed, adapter.server.output().slice(-3000)).toEqual([]);
+    });
+  }
+});
