@@ -22,7 +22,6 @@ export interface IoRedisClient {
  */
 export interface NodeRedisClient {
   sendCommand(...args: any[]): Promise<any>;
-  duplicate(...args: any[]): any;
 }
 
 export type RedisClient = IoRedisClient | NodeRedisClient;
@@ -57,7 +56,7 @@ export function connectionOf(client: unknown): RedisConnection | undefined {
   if (client === null || typeof client !== 'object') return undefined;
   const c = client as Record<string, unknown>;
   if (isFunction(c.evalsha) && isFunction(c.pipeline)) return ioredis(client as IoRedisClient);
-  if (isFunction(c.sendCommand) && isFunction(c.duplicate)) return nodeRedis(client as NodeRedisClient);
+  if (isFunction(c.sendCommand)) return nodeRedis(client as NodeRedisClient);
   return undefined;
 }
 
