@@ -5,16 +5,19 @@
  * postgres.js's defaults (named prepared statements) and once with
  * `prepare: false` (what a transaction-mode pooler such as PgBouncer or
  * Supabase's needs), each on a schema of its own migrated by
- * migrateIdempotencyKeys through the same postgres.js database.
+ * migrateIdempotencyKeys through the same postgres.js database; and
+ * transactional mode, whose transactions postgres.js runs (`sql.begin`).
  */
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { count, eq } from 'drizzle-orm';
+import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
 import { drizzle, type PostgresJsDatabase } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { drizzleStore, migrateIdempotencyKeys } from '../../src/drizzle.js';
-import type { IdempotencyStore } from '../../src/index.js';
+import { createIdempotencyEngine, type IdempotencyStore } from '../../src/index.js';
 import { describeStoreContract } from '../contract/store-contract.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -22,6 +25,13 @@ const MIGRATIONS = fileURLToPath(new URL('../../drizzle', import.meta.url));
 const MIGRATIONS_TABLE = '__trpc_idempotency_migrations';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A business table of the application's, written in the operation's transaction. */
+const charges = pgTable('charges', {
+  id: serial('id').primaryKey(),
+  idemKey: text('idem_key').notNull(),
+  amount: integer('amount').notNull(),
+});
 
 async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: DATABASE_URL });
@@ -51,6 +61,7 @@ for (const prepare of [true, false]) {
       migrationsTable: MIGRATIONS_TABLE,
     });
     expect(applied).toBeGreaterThan(0);
+    await sql`create table charges (id serial primary key, idem_key text not null, amount int not null)`;
   }, 60_000);
 
   afterAll(async () => {
@@ -87,6 +98,48 @@ for (const prepare of [true, false]) {
       } finally {
         for (const connection of reserved) connection.release();
       }
+    });
+  });
+
+  describe(`transactional mode on drizzle(postgres(url))${prepare ? '' : ', prepare: false'}`, () => {
+    const chargesFor = async (key: string) =>
+      (await db.select({ n: count() }).from(charges).where(eq(charges.idemKey, key)))[0]!.n;
+
+    it('commits the business write with the stored outcome; a retry replays without writing again', async () => {
+      const store = drizzleStore({ db });
+      made.push(store);
+      const engine = createIdempotencyEngine({ store, transaction: true });
+      const key = randomUUID();
+      const handle = () =>
+        engine.run({ key, name: 'charges.create', payload: { amount: 42 } }, async ({ transaction }) => {
+          const tx = transaction as PostgresJsDatabase;
+          const [row] = await tx.insert(charges).values({ idemKey: key, amount: 42 }).returning();
+          return row!.id;
+        });
+      const first = await handle();
+      expect(first.replayed).toBe(false);
+      expect(await handle()).toEqual({ value: first.value, replayed: true });
+      expect(await chargesFor(key)).toBe(1);
+    });
+
+    it('rolls the business write back when the operation throws, and releases the key: the retry writes once', async () => {
+      const store = drizzleStore({ db });
+      made.push(store);
+      const engine = createIdempotencyEngine({ store, transaction: true });
+      const key = randomUUID();
+      let attempt = 0;
+      const handle = () =>
+        engine.run({ key, name: 'charges.create', payload: { amount: 7 } }, async ({ transaction }) => {
+          const tx = transaction as PostgresJsDatabase;
+          const [row] = await tx.insert(charges).values({ idemKey: key, amount: 7 }).returning();
+          if (++attempt === 1) throw new Error('card network reset the connection');
+          return row!.id;
+        });
+      await expect(handle()).rejects.toThrow(/card network reset the connection/);
+      expect(await chargesFor(key)).toBe(0);
+      const retried = await handle();
+      expect(retried.replayed).toBe(false);
+      expect(await chargesFor(key)).toBe(1);
     });
   });
 
