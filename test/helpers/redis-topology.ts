@@ -222,6 +222,13 @@ function proxyHost() {
     child.once('exit', () => running.delete(child));
     const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
     let next = 0;
+    // It must not keep the test process alive (it ends with it: on 'exit', and when its IPC channel closes),
+    // but the channel keeps the event loop alive while an answer is awaited.
+    const channel = child.channel as { ref(): void; unref(): void } | null | undefined;
+    child.unref();
+    const idle = () => {
+      if (pending.size === 0) channel?.unref();
+    };
     child.on('message', (message: HostReply | 'ready') => {
       if (message === 'ready') {
         resolve({
@@ -230,13 +237,16 @@ function proxyHost() {
             new Promise((resolveReply, rejectReply) => {
               const id = next++;
               pending.set(id, { resolve: resolveReply, reject: rejectReply });
+              channel?.ref();
               child.send({ id, ...request });
             }),
         });
+        idle();
         return;
       }
       const waiting = pending.get(message.id);
       pending.delete(message.id);
+      idle();
       if (message.ok) waiting?.resolve(message.value);
       else waiting?.reject(new Error(message.error));
     });
@@ -247,9 +257,6 @@ function proxyHost() {
       pending.clear();
       host = undefined;
     });
-    // It would keep the test process alive: it ends with it (on 'exit' and by its IPC channel closing).
-    child.unref();
-    (child.channel as { unref?(): void } | undefined)?.unref?.();
   });
   return host;
 }
