@@ -14,6 +14,9 @@ const OUTAGE_REPLIES = /^(LOADING|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|READONLY|
 
 const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
 
+/** A Cluster's answer that the slot is served elsewhere (moved for good, or being migrated). */
+const isRedirect = (error: unknown) => error instanceof Error && /^(MOVED|ASK) /.test(error.message);
+
 /**
  * The scope the batched scripts are sent from. A callback runs in the async
  * context it was scheduled in: scheduled by the first request of a turn, the
@@ -109,11 +112,23 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
       const [reply, wait] = await connection.pipeline([command, waitFor(wanted)], routeOf(call));
       if (!reply!.ok) {
         if (command[0] === 'EVALSHA' && isNoScript(reply!.error)) continue;
+        if (isRedirect(reply!.error)) return afterWait(await evaluate(call), await waitOnOwner(call, wanted), wanted);
         throw reply!.error;
       }
       return afterWait(reply!.reply, wait, wanted);
     }
     throw new Error('redisStore: Redis did not take the script sent as source.');
+  }
+
+  /**
+   * `WAIT` on the node that holds the record now, after a script that a Cluster redirected (a
+   * failover or a resharding moved its slot): the WAIT sent beside it went to the node that
+   * refused it. A read of the record leads it, so that it goes where the record is: a node that
+   * answers that read with a redirection too has not got the write, and the WAIT fails.
+   */
+  async function waitOnOwner(call: Call, wanted: ReplicaAcks): Promise<Settled | undefined> {
+    const [read, wait] = await connection.pipeline([['EXISTS', routeOf(call)], waitFor(wanted)], routeOf(call));
+    return read!.ok ? wait : read;
   }
 
   /** Runs one script on its own: with `WAIT` after it if it is a write to acknowledge. */
