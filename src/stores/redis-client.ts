@@ -1,6 +1,8 @@
 // What the Redis store needs of a client, the same for ioredis and node-redis: the store's code above
 // this file never sees which one it runs on.
 
+import { keySlot } from './redis-fence.js';
+
 /* biome-ignore-all lint/suspicious/noExplicitAny: the clients are described by what the store calls on them, so that
    neither ioredis's types nor node-redis's are needed to compile against this package */
 
@@ -35,12 +37,29 @@ export type Settled = { ok: true; reply: unknown } | { ok: false; error: unknown
 export interface RedisConnection {
   readonly library: 'ioredis' | 'node-redis';
   readonly isCluster: boolean;
+  /**
+   * Whether a command sent right after another goes on the same connection, as `WAIT` must
+   * (it counts the replicas that hold that connection's writes). Not on a node-redis Sentinel
+   * client, which spreads commands over its pool.
+   */
+  readonly ordered: boolean;
   /** The client's own key prefix, which it adds to every key it sends (ioredis's `keyPrefix`). */
   readonly keyPrefix: string;
   /** One command; `route` is a key of the slot it belongs to (a Cluster sends it to that slot's master). */
   send(command: RedisCommand, route: string): Promise<unknown>;
   /** Commands in this order on one connection (a Cluster: that of `route`'s master), in one write where the client can. */
   pipeline(commands: RedisCommand[], route: string): Promise<Settled[]>;
+  /**
+   * A Cluster: the master that serves `route`'s slot now, by the client's own map, or undefined
+   * when it does not know yet. '' on a single node or Sentinel (one connection).
+   */
+  nodeOf(route: string): string | undefined;
+  /**
+   * Commands of several slots of one Cluster master, in order on its connection, each keyed
+   * command answered where it is (a slot served elsewhere answers MOVED or ASK, not followed);
+   * `route` is a key of one of them. Elsewhere the same as {@link pipeline}.
+   */
+  pipelineOnNode(commands: RedisCommand[], route: string): Promise<Settled[]>;
   /** Subscribes to `channel` on a connection of the store's own (opened on the first call); `onMessage` gets each message. */
   subscribe(channel: string, onMessage: (message: string) => void): Promise<void>;
   /** Closes what `subscribe` opened, if anything. */
@@ -64,24 +83,31 @@ function ioredis(client: IoRedisClient): RedisConnection {
   const isCluster = client.isCluster === true;
   let subscriber: any;
   const listeners = new Map<string, (message: string) => void>();
+  const keyPrefix = ((client.options as { keyPrefix?: string } | undefined)?.keyPrefix ?? '') as string;
+  const pipeline = async (commands: RedisCommand[]): Promise<Settled[]> => {
+    const p = client.pipeline();
+    for (const [name, ...args] of commands) p[name.toLowerCase()](...args);
+    const replies = (await p.exec()) as [Error | null, unknown][] | null;
+    return commands.map((_, i) => {
+      const reply = replies?.[i];
+      if (reply === undefined)
+        return { ok: false, error: new Error('redisStore: Redis returned no reply to a pipelined command.') };
+      return reply[0] === null ? { ok: true, reply: reply[1] } : { ok: false, error: reply[0] };
+    });
+  };
   return {
     library: 'ioredis',
     isCluster,
-    keyPrefix: ((client.options as { keyPrefix?: string } | undefined)?.keyPrefix ?? '') as string,
+    ordered: true,
+    keyPrefix,
     send([name, ...args]) {
       return (client as any)[name.toLowerCase()](...args);
     },
-    async pipeline(commands) {
-      const pipeline = client.pipeline();
-      for (const [name, ...args] of commands) pipeline[name.toLowerCase()](...args);
-      const replies = (await pipeline.exec()) as [Error | null, unknown][] | null;
-      return commands.map((_, i) => {
-        const reply = replies?.[i];
-        if (reply === undefined)
-          return { ok: false, error: new Error('redisStore: Redis returned no reply to a pipelined command.') };
-        return reply[0] === null ? { ok: true, reply: reply[1] } : { ok: false, error: reply[0] };
-      });
-    },
+    // ioredis sends a Cluster pipeline of several slots to their master when one master serves
+    // them all, and follows a redirection only when every command got the same one.
+    nodeOf: (route) => (isCluster ? (client as any).slots?.[keySlot(keyPrefix + route)]?.[0] : ''),
+    pipelineOnNode: pipeline,
+    pipeline,
     async subscribe(channel, onMessage) {
       listeners.set(channel, onMessage);
       if (subscriber === undefined) {
@@ -134,11 +160,24 @@ function nodeRedis(client: NodeRedisClient): RedisConnection {
   return {
     library: 'node-redis',
     isCluster: kind === 'cluster',
+    ordered: kind !== 'sentinel',
     keyPrefix: '',
     send: (command, route) => sendOn(c, command, route),
-    // A Sentinel client hands out connections from a pool: one lease keeps the commands (a script and its WAIT) together.
-    pipeline: (commands, route) =>
-      kind === 'sentinel' ? c.use((lease: any) => inOrder(lease, commands, route)) : inOrder(c, commands, route),
+    nodeOf: (route) => (kind === 'cluster' ? c.slots?.[keySlot(route)]?.master?.address : ''),
+    // The master's own client: commands on it are not rerouted, so a redirection comes back as an answer.
+    async pipelineOnNode(commands, route) {
+      if (kind !== 'cluster') return inOrder(c, commands, route);
+      const node = await c.nodeClient(c.getSlotMaster(keySlot(route)));
+      return Promise.all(
+        commands.map((command) =>
+          node.sendCommand(argv(command)).then(
+            (reply: unknown): Settled => ({ ok: true, reply }),
+            (error: unknown): Settled => ({ ok: false, error }),
+          ),
+        ),
+      );
+    },
+    pipeline: (commands, route) => inOrder(c, commands, route),
     async subscribe(channel, onMessage) {
       const listener = (message: string) => onMessage(message);
       if (kind === 'client') {

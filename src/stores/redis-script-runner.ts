@@ -136,31 +136,67 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
 
   // The scripts called in one turn of the event loop (every request whose
   // claim or completion became due in it), sent in one write. Redis answers
-  // them in order; each call still gets its own reply or error. A Cluster
-  // pipeline must stay on one node and records spread over all of them, so on
-  // a Cluster each script is sent on its own.
-  const batching = !connection.isCluster;
-  let queued: QueuedScript[] = [];
+  // them in order; each call still gets its own reply or error. On a Cluster a
+  // write goes to one master and records spread over all of them, so without
+  // waitForReplicas each script is sent on its own there.
+  //
+  // With waitForReplicas a WAIT holds its connection until the replicas
+  // answer: what is sent after it waits behind it. So while a batch with a
+  // WAIT is out, the scripts called meanwhile are held back and go out
+  // together when it is answered, under one WAIT (a group commit): a
+  // connection serves one batch per replication round trip however many
+  // requests there are. Per connection: the one connection of a single node
+  // or Sentinel, each master's on a Cluster.
+  interface Batch {
+    queued: QueuedScript[];
+    /** A batch with a WAIT is out on this connection. */
+    waiting: boolean;
+  }
+  const batches = new Map<string, Batch>();
+  const batching = !connection.isCluster || acks !== undefined;
 
-  function flush() {
-    const calls = queued;
-    queued = [];
+  function schedule(batch: Batch) {
+    if (!batch.waiting) detached.runInAsyncScope(setImmediate, undefined, flush, batch);
+  }
+
+  function flush(batch: Batch) {
+    const calls = batch.queued;
+    if (calls.length === 0) return;
+    batch.queued = [];
     // With waitForReplicas, one WAIT after the batch's scripts covers every write among them.
     const wanted = acks !== undefined && calls.some((call) => call.acked) ? acks : undefined;
+    let out = wanted !== undefined;
+    /** The batch is answered (or given up on): the scripts held back meanwhile go out. */
+    const answered = () => {
+      if (!out) return;
+      out = false;
+      batch.waiting = false;
+      schedule(batch);
+    };
+    if (out) {
+      batch.waiting = true;
+      // A connection that never answers must not hold the next batches back for ever: they are
+      // refused by their own store timeouts meanwhile.
+      setTimeout(answered, wanted!.timeout + 100).unref();
+    }
     if (calls.length === 1) {
       const call = calls[0]!;
-      single(call).then(call.resolve, call.reject);
+      const sent = single(call);
+      sent.then(call.resolve, call.reject);
+      sent.then(answered, answered);
       return;
     }
     const commands = calls.map(evalsha);
     if (wanted !== undefined) commands.push(waitFor(wanted));
     let sent: Promise<Settled[]>;
     try {
-      sent = connection.pipeline(commands, routeOf(calls[0]!));
+      sent = connection.pipelineOnNode(commands, routeOf(calls[0]!));
     } catch (error) {
       for (const call of calls) call.reject(error);
+      answered();
       return;
     }
+    sent.then(answered, answered);
     sent.then(
       (replies) => {
         const wait = wanted === undefined ? undefined : replies[calls.length];
@@ -177,7 +213,9 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
                 call.reject(error);
               }
             }
-          } else if (isNoScript(reply.error)) single(call).then(call.resolve, call.reject);
+            // Its script cache is empty (a restart, a failover), or its slot moved (the batch's WAIT
+            // was not on the node that ran it): it goes again on its own.
+          } else if (isNoScript(reply.error) || isRedirect(reply.error)) single(call).then(call.resolve, call.reject);
           else call.reject(reply.error);
         }
       },
@@ -193,11 +231,14 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
    */
   return async function run(s: RedisScript, keys: ScriptKeys, args: ScriptArgs, acked = false): Promise<unknown> {
     try {
-      if (!batching) return await single({ script: s, keys, args, acked });
+      const node = batching ? connection.nodeOf(keys[1] as string) : undefined;
+      // A Cluster whose slot map is not known yet: on its own, which the client routes.
+      if (node === undefined) return await single({ script: s, keys, args, acked });
+      let batch = batches.get(node);
+      if (batch === undefined) batches.set(node, (batch = { queued: [], waiting: false }));
+      const to = batch;
       return await new Promise((resolve, reject) => {
-        if (queued.push({ script: s, keys, args, acked, resolve, reject }) === 1) {
-          detached.runInAsyncScope(setImmediate, undefined, flush);
-        }
+        if (to.queued.push({ script: s, keys, args, acked, resolve, reject }) === 1) schedule(to);
       });
     } catch (error) {
       throw error instanceof ReplicaAckError ? error : asStoreFailure(error);

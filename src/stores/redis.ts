@@ -118,6 +118,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     throw configError('redisStore', `restartFence must be true or false, got ${describeValue(restartFence)}.`);
   }
   if (waitForReplicas !== undefined) checkReplicaAcks(waitForReplicas);
+  if (waitForReplicas !== undefined && !connection.ordered) {
+    throw configError(
+      'redisStore',
+      "waitForReplicas needs each WAIT on the connection of the write it waits for, and node-redis's Sentinel client " +
+        "sends commands over a pool of connections. Use ioredis's Sentinel client (new Redis({ sentinels, name })) for durable mode.",
+    );
+  }
   const channel = `${prefix}settled`;
   const keyOf = (id: string) => `${prefix}{${id}}`;
   const stepsKeyOf = (key: string) => `${key}:steps`;
