@@ -27,6 +27,9 @@ export async function startPipe(
   const sockets = new Set<Socket>();
   const server = createServer((client) => {
     const upstream = connect(target.port, target.host ?? '127.0.0.1');
+    // as Redis and its clients do: a small write (a replica's ACK, a GETACK) is not held back for the previous one's TCP ACK
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
     sockets.add(client).add(upstream);
     const hooks = connection(client, upstream);
     client.on('data', hooks.fromClient ?? ((chunk) => upstream.write(chunk)));
