@@ -1,10 +1,10 @@
+/* biome-ignore-all lint/suspicious/noExplicitAny: the clients are described by what the store calls on them, so that
+   neither ioredis's types nor node-redis's are needed to compile against this package */
+
 // What the Redis store needs of a client, the same for ioredis and node-redis: the store's code above
 // this file never sees which one it runs on.
 
 import { keySlot } from './redis-fence.js';
-
-/* biome-ignore-all lint/suspicious/noExplicitAny: the clients are described by what the store calls on them, so that
-   neither ioredis's types nor node-redis's are needed to compile against this package */
 
 /** An ioredis `Redis` (single node, Sentinel) or `Cluster`, ioredis 5 or 6, by what the store uses of it. */
 export interface IoRedisClient {
