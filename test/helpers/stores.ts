@@ -193,12 +193,12 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return track(clusterFenced());
       case 'redis, replicas acknowledged':
         return track(
-          redisStore({ client: replicated!.client, prefix, waitForReplicas: { replicas: 1, timeout: 1_000 } }),
+          redisStore({ client: replicated!.client, prefix, waitForReplicas: { replicas: 1, timeout: 3_000 } }),
         );
       case 'redis cluster, replicas acknowledged': {
         const c = new Cluster(replicatedCluster!.ports.map((port) => ({ host: '127.0.0.1', port })));
         clients.push(c);
-        return track(redisStore({ client: c, prefix: 'ca:', waitForReplicas: { replicas: 1, timeout: 1_000 } }));
+        return track(redisStore({ client: c, prefix: 'ca:', waitForReplicas: { replicas: 1, timeout: 3_000 } }));
       }
       case 'redis, node-redis':
         return track(redisStore({ client: nodeRedis!, prefix: `${prefix}n:` }));
@@ -206,7 +206,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return track(nodeRedisFenced());
       case 'redis, node-redis, replicas acknowledged':
         return track(
-          redisStore({ client: nodeRedisReplicated!, prefix, waitForReplicas: { replicas: 1, timeout: 1_000 } }),
+          redisStore({ client: nodeRedisReplicated!, prefix, waitForReplicas: { replicas: 1, timeout: 3_000 } }),
         );
       case 'redis cluster, node-redis':
         return track(redisStore({ client: nodeRedisCluster!, prefix: 'cn:' }));

@@ -188,7 +188,12 @@ describe('waitForReplicas on a Cluster', () => {
   });
 
   it("sends each write's WAIT to the master of the record's slot, and to no other node", async () => {
-    const store = redisStore({ client: clusterClient, prefix: 'ca:', waitForReplicas: ACKS });
+    // a long timeout: a loaded machine's replica can take more than ACKS' 300 ms, and this test counts, it does not time
+    const store = redisStore({
+      client: clusterClient,
+      prefix: 'ca:',
+      waitForReplicas: { replicas: 1, timeout: 3_000 },
+    });
     await store.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK }); // slots known
     const nodes = new Map(
       cluster.ports.map((port) => [`127.0.0.1:${port}`, new Redis({ port, host: '127.0.0.1' })] as const),
