@@ -55,7 +55,7 @@ for (const library of ['ioredis', 'node-redis'] as const) {
         const store = redisStore({
           client: clients[library],
           prefix: `sentinel-${library}-${durable}:`,
-          ...(durable ? { waitForReplicas: { replicas: 1, timeout: 1_000 } } : {}),
+          ...(durable ? { waitForReplicas: { replicas: 1, timeout: 3_000 } } : {}),
         });
         made.push(store);
         return { store, advance: async (ms: number) => void (await sleep(ms)) };
