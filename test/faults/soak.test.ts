@@ -54,6 +54,7 @@ describe('soak, short', () => {
     // steps: a step runs again only when its process was killed inside it, its result could not be recorded, or the empty restart wiped it
     expect(report.steps.runs).toBeGreaterThan(100);
     expect(report.steps.reRuns.unexplained).toBe(0);
-    expect(report.maxBlockedMs).toBeLessThan(LOCK_TTL + SLACK);
+    // a key is held off at most while Redis is down, then for the fence's window (lockTtl), then by a retry's backoff
+    expect(report.maxBlockedMs).toBeLessThan(1_200 + LOCK_TTL + SLACK);
   });
 });

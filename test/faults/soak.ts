@@ -168,6 +168,6 @@ const failed =
     report.stuckKeys +
     report.steps.reRuns.unexplained +
     (report.restartFence ? report.reRunsAfterRedisRestart.wipedClaims : 0) >
-    0 || report.maxBlockedMs > lockTtl + 3_000;
+    0 || report.maxBlockedMs > Math.max(0, ...redisDownMs) + lockTtl + 3_000;
 console.log(failed ? 'SOAK FAILED' : 'soak passed');
 process.exit(failed ? 1 : 0);
