@@ -10,7 +10,9 @@
  * Redis CPU µs per request (the bench's own redis-server), and PostgreSQL CPU µs per request
  * (every postgres process on the machine: other clients of the server count too).
  *
- * Environment: BENCH_LIB_A (required), BENCH_VARIANT (postgres; or redis, memory),
+ * Environment: BENCH_LIB_A (required), BENCH_VARIANT (postgres; or redis, memory, redis-fence), BENCH_VARIANT_A
+ * (A's variant, if another: `BENCH_LIB_A=dist BENCH_VARIANT=redis BENCH_VARIANT_A=redis-fence` sets the restart
+ * fence against the store without it on one build),
  * BENCH_ROUNDS (5), BENCH_DURATION (3 s), BENCH_WARMUP_REQUESTS (10,000 of each kind per server
  * before the first round), DATABASE_URL.
  */
@@ -34,7 +36,9 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const DURATION = Number(process.env.BENCH_DURATION ?? 3);
 const LIB_A = process.env.BENCH_LIB_A;
 const VARIANT = process.env.BENCH_VARIANT ?? 'postgres';
-const VARIANTS = ['postgres', 'redis', 'memory'];
+/** A's server variant, when it differs from B's: redis-fence against redis, on one build (BENCH_LIB_A=dist). */
+const VARIANT_A = process.env.BENCH_VARIANT_A ?? VARIANT;
+const VARIANTS = ['postgres', 'redis', 'memory', 'redis-fence'];
 /** Requests of each kind every server serves before the first round (V8 settles after ~5,000). */
 const WARMUP_REQUESTS = Number(process.env.BENCH_WARMUP_REQUESTS ?? 10_000);
 const cleanups: Cleanups = [];
@@ -73,7 +77,9 @@ const spread = (xs: number[], digits = 0) =>
 
 async function main() {
   if (LIB_A === undefined) throw new Error('BENCH_LIB_A: the directory of build A (a copy of dist/)');
-  if (!VARIANTS.includes(VARIANT)) throw new Error(`BENCH_VARIANT: one of ${VARIANTS.join(', ')}, not ${VARIANT}`);
+  for (const v of [VARIANT, VARIANT_A]) {
+    if (!VARIANTS.includes(v)) throw new Error(`BENCH_VARIANT(_A): one of ${VARIANTS.join(', ')}, not ${v}`);
+  }
   const redis = await startRedis();
   cleanups.push(() => redis.stop());
   redisPid = redis.pid;
@@ -85,7 +91,7 @@ async function main() {
   };
   const baseline = await startServer('baseline', { REDIS_URL: redis.url });
   const servers = {
-    A: await startServer(VARIANT, { ...(await env('ab_a')), BENCH_LIB: resolvePath(LIB_A) }),
+    A: await startServer(VARIANT_A, { ...(await env('ab_a')), BENCH_LIB: resolvePath(LIB_A) }),
     B: await startServer(VARIANT, await env('ab_b')),
   };
   loadGenerator = startLoad(32, cleanups);
@@ -127,7 +133,7 @@ async function main() {
     }
   }
   console.log(
-    `\n${VARIANT}: A = ${LIB_A}, B = dist/; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`,
+    `\n${VARIANT_A === VARIANT ? VARIANT : `A ${VARIANT_A}, B ${VARIANT}`}: A = ${LIB_A}, B = dist/; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`,
   );
   console.log(
     `baseline: ${spread(baselineRuns.map((r) => r.rps))} req/s, server ${spread(baselineRuns.map((r) => r.serverUs))} µs/req, Redis ${spread(baselineRuns.map((r) => r.redisUs))} µs/req`,
@@ -135,6 +141,19 @@ async function main() {
   for (const [name, r] of [...results].sort(([a], [b]) => a.localeCompare(b))) {
     console.log(
       `${name.padEnd(9)} ${spread(r.rps)} req/s, ratio ${spread(r.ratio, 2)}, server ${spread(r.serverUs)} µs/req, Redis ${spread(r.redisUs)} µs/req, PostgreSQL ${spread(r.postgresUs)} µs/req`,
+    );
+  }
+  // A over B within each round (each against the baseline runs around it), then the median over the rounds.
+  for (const mode of ['first', 'replay'] as const) {
+    const a = results.get(`A ${mode}`)!;
+    const b = results.get(`B ${mode}`)!;
+    const over = (figure: 'ratio' | 'serverUs' | 'redisUs') =>
+      spread(
+        a[figure].map((x, i) => x / b[figure][i]!),
+        3,
+      );
+    console.log(
+      `A / B ${mode}: throughput ratio ${over('ratio')}, server CPU ${over('serverUs')}, Redis CPU ${over('redisUs')}`,
     );
   }
 }

@@ -7,6 +7,9 @@
  * calls, the loopback network): a store round trip costs more than its instructions here.
  *
  *   npm run bench:instructions [-- variant ...]     (about a minute per variant)
+ *   DIST=<a build> node --import tsx bench/callgrind-http.ts [variant ...]   (another build than dist/,
+ *   e.g. an older commit's, built in a worktree and copied out: two builds side by side; it must
+ *   know the variants asked for: redis-fence needs a build with restartFence)
  *
  * Each server runs uninstrumented through a warm-up (WARMUP requests, default 6,000: the JIT
  * settles), then callgrind counts REQUESTS more (default 2,000); `node --single-threaded`, so no
@@ -38,7 +41,7 @@ const VARIANTS: Record<string, [string, 'fresh' | 'replay']> = {
   'floor-2-redis-round-trips': ['round-trips', 'fresh'],
   'floor-no-io-handler': ['no-io', 'fresh'],
   ...Object.fromEntries(
-    ['memory', 'redis', 'postgres', 'node-idempotency', 'powertools'].flatMap((server) => [
+    ['memory', 'redis', 'redis-fence', 'postgres', 'node-idempotency', 'powertools'].flatMap((server) => [
       [`${server}-first`, [server, 'fresh']],
       [`${server}-replay`, [server, 'replay']],
     ]),
@@ -58,7 +61,7 @@ exitOnInterrupt(cleanups);
 
 try {
   mkdirSync(join(out, 'bench'));
-  cpSync(join(repo, 'dist'), join(out, 'dist'), { recursive: true });
+  cpSync(process.env.DIST ?? join(repo, 'dist'), join(out, 'dist'), { recursive: true });
   symlinkSync(join(repo, 'node_modules'), join(out, 'node_modules'));
   symlinkSync(join(repo, 'bench/node_modules'), join(out, 'bench/node_modules'));
   execFileSync(

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
+  baselineName,
   fixedRateRow,
   growthRow,
   median,
@@ -41,6 +42,7 @@ import {
   warmUp as warmUpOf,
 } from './lib/processes.js';
 import { summariseProfile } from './lib/profile.js';
+import { type BenchReplicaPair, startReplicaPair } from './lib/replicas.js';
 import { type FingerprintCost, previousOf, type Results, renderMarkdown, renderTable } from './lib/report.js';
 import {
   type BenchRedis,
@@ -109,7 +111,22 @@ const PLAN: Step[] = [
     { name: `${name}-first`, server, baseline, keys: 'fresh' as const },
     { name: `${name}-replay`, server, baseline, keys: 'replay' as const },
   ]),
+  // The Redis store's durability options, each against the same store without it in a server of its own, with
+  // the same history (first executions against first executions, replays against replays): restartFence
+  // (initialized) on the servers' Redis; waitForReplicas { replicas: 1, timeout: 1000 } on a primary with one
+  // replica, against the store on that same primary.
+  ...(
+    [
+      ['redis-fence', 'redis-fence', 'redis-unfenced'],
+      ['redis-wait', 'redis-wait', 'redis-replicated'],
+    ] as const
+  ).flatMap(([name, server, baseline]) => [
+    { name: `${name}-first`, server, baseline, keys: 'fresh' as const },
+    { name: `${name}-replay`, server, baseline, keys: 'replay' as const, baselineKeys: 'replay' as const },
+  ]),
 ];
+/** The servers whose Redis is the primary with a replica (the others use the bench's main redis-server). */
+const REPLICATED = new Set(['redis-replicated', 'redis-wait']);
 /** The servers profiled in "Where the CPU goes": [name, server variant, keys]. */
 const PROFILED: (readonly [name: string, server: string, keys: 'fresh' | 'replay'])[] = [
   ['baseline', 'baseline', 'fresh'],
@@ -141,13 +158,14 @@ async function measureRun(
   round: number,
   server: Server,
   keys: LoadCommand['keys'],
-  redis: { admin: Redis; pid: number },
+  redis: RedisOfRun,
 ): Promise<Run> {
   await primeKeys(name, server, keys);
   await load({ type: 'run', url: server.url, duration: WARMUP, keys });
   const callsBefore = await commandCalls(redis.admin);
   const serverBefore = cpuMicros(server.pid);
-  const redisBefore = cpuMicros(redis.pid);
+  const redisCpuNow = () => redis.pids.reduce((sum, pid) => sum + cpuMicros(pid), 0);
+  const redisBefore = redisCpuNow();
   const postgresSince = postgresCpuCounter();
   const generatorBefore = cpuMicros(loadGenerator.pid);
   const generatorRunsBefore = timeslices(loadGenerator.pid);
@@ -155,7 +173,7 @@ async function measureRun(
   const loadCpu = cpuMicros(loadGenerator.pid) - generatorBefore;
   const loadRuns = timeslices(loadGenerator.pid) - generatorRunsBefore;
   const serverCpu = cpuMicros(server.pid) - serverBefore;
-  const redisCpu = cpuMicros(redis.pid) - redisBefore;
+  const redisCpu = redisCpuNow() - redisBefore;
   const postgresCpu = postgresSince();
   const calls = delta(callsBefore, await commandCalls(redis.admin));
   delete calls.info;
@@ -193,17 +211,35 @@ async function pacedRun(name: string, server: Server, keys: LoadCommand['keys'],
   return { ...result, server_cpu_us_per_req };
 }
 
+/**
+ * The Redis a run counts commands on and the redis-server processes whose CPU it counts: the primary and
+ * its replica for the servers on the replicated pair.
+ */
+interface RedisOfRun {
+  admin: Redis;
+  pids: number[];
+}
+
 // ---------------------------------------------------------------- phases
 interface Services {
   redis: Record<'main' | 'empty' | 'full', BenchRedis>;
   admins: Map<BenchRedis, Redis>;
+  /** A primary with one replica (waitForReplicas), and a client of its primary. */
+  replicated: BenchReplicaPair & { admin: Redis };
   schemas: Record<'main' | 'empty' | 'full' | 'purge' | 'cost', BenchSchema>;
 }
 
-/** Three redis-servers of the bench's own (the servers', an empty and a full one for growth) and five schemas. */
+/**
+ * Three redis-servers of the bench's own (the servers', an empty and a full one for growth), a primary
+ * with a replica, and five schemas.
+ */
 async function startServices(): Promise<Services> {
   const redis = { main: await startRedis(), empty: await startRedis(), full: await startRedis() };
   for (const r of Object.values(redis)) cleanups.push(() => r.stop());
+  const pair = await startReplicaPair();
+  cleanups.push(() => pair.stop());
+  const replicated = { ...pair, admin: new Redis(pair.primary.url) };
+  cleanups.push(() => replicated.admin.disconnect());
   const schemas = {} as Services['schemas'];
   for (const label of ['main', 'empty', 'full', 'purge', 'cost'] as const) {
     schemas[label] = await createSchema(label);
@@ -215,8 +251,16 @@ async function startServices(): Promise<Services> {
     admins.set(r, admin);
     cleanups.push(() => admin.disconnect());
   }
-  return { redis, admins, schemas };
+  return { redis, admins, replicated, schemas };
 }
+
+/** Where a server's Redis commands and Redis CPU are counted. */
+const redisOfServer =
+  ({ redis, admins, replicated }: Services) =>
+  (server: string): RedisOfRun =>
+    REPLICATED.has(server)
+      ? { admin: replicated.admin, pids: [replicated.primary.pid, replicated.replica.pid] }
+      : { admin: admins.get(redis.main)!, pids: [redis.main.pid] };
 
 /** Commands, statements and bytes per operation, on a Redis nothing else uses yet (reset afterwards). */
 async function measureStoreCost({ redis, admins, schemas }: Services) {
@@ -247,6 +291,7 @@ async function startServers(services: Services) {
     'no-io',
     'memory',
     'redis',
+    'redis-fence',
     'postgres',
     'node-idempotency',
     'powertools',
@@ -258,6 +303,12 @@ async function startServers(services: Services) {
   const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
   servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
   servers['redis-autopipelining'] = await startServer('redis', pipelined);
+  // The Redis store without the fence, beside redis-fence: the same history (the redis server serves other rows too).
+  servers['redis-unfenced'] = await startServer('redis', env);
+  // The Redis store with and without waitForReplicas, on the primary with a replica (the handler's INCR too).
+  const replicatedEnv = { ...env, REDIS_URL: services.replicated.primary.url };
+  servers['redis-replicated'] = await startServer('redis', replicatedEnv);
+  servers['redis-wait'] = await startServer('redis-wait', replicatedEnv);
   const { redis, schemas } = services;
   const growth = {
     'redis-empty': await startServer('redis', { REDIS_URL: redis.empty.url }),
@@ -268,6 +319,7 @@ async function startServers(services: Services) {
   loadGenerator = startLoad(CONNECTIONS, cleanups);
   pin(loadGenerator.pid, OTHER_CPUS);
   for (const r of Object.values(redis)) pin(r.pid, OTHER_CPUS);
+  for (const r of [services.replicated.primary, services.replicated.replica]) pin(r.pid, OTHER_CPUS);
   return { servers, growth };
 }
 
@@ -278,19 +330,25 @@ async function warmUpServers(servers: Record<string, Server>, growth: Record<str
   const addMode = (server: string, mode: 'fresh' | 'replay') =>
     modesOf.set(server, (modesOf.get(server) ?? new Set()).add(mode));
   for (const step of PLAN) {
-    addMode(step.baseline, 'fresh');
+    addMode(step.baseline, step.baselineKeys ?? 'fresh');
     addMode(step.server, step.keys);
   }
   for (const [server, modes] of modesOf) await warmUp(server, servers[server]!, modes);
   for (const [name, server] of Object.entries(growth)) await warmUp(name, server, ['fresh']);
 }
 
+/** A step's baseline keys: fresh, or replay keys of its own (`tag`: the round, the phase). */
+const baselineKeysOf = (step: Step, tag: string): LoadCommand['keys'] =>
+  step.baselineKeys === 'replay' ? replayKeys(`${step.baseline}-baseline-${tag}`) : { mode: 'fresh' };
+
 /** A B A B at saturation: every variant right after a run of its baseline, and the baseline again after it. */
-async function runRounds(servers: Record<string, Server>, redis: { admin: Redis; pid: number }) {
+async function runRounds(servers: Record<string, Server>, redisOf: (server: string) => RedisOfRun) {
   const runs: Run[] = [];
   const pairs: Pair<Run>[] = [];
-  const baselineRun = async (baseline: string, round: number) => {
-    const run = await measureRun(baseline, round, servers[baseline]!, { mode: 'fresh' }, redis);
+  const baselineRun = async (step: Step, round: number) => {
+    const server = step.baseline;
+    const keys = baselineKeysOf(step, `r${round}`);
+    const run = await measureRun(baselineName(step), round, servers[server]!, keys, redisOf(server));
     runs.push(run);
     return run;
   };
@@ -298,11 +356,11 @@ async function runRounds(servers: Record<string, Server>, redis: { admin: Redis;
     log(`round ${round} of ${ROUNDS}`);
     let before: Run | undefined;
     for (const step of PLAN) {
-      if (before?.name !== step.baseline) before = await baselineRun(step.baseline, round);
+      if (before?.name !== baselineName(step)) before = await baselineRun(step, round);
       const keys = step.keys === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${step.name}-r${round}`);
-      const variant = await measureRun(step.name, round, servers[step.server]!, keys, redis);
+      const variant = await measureRun(step.name, round, servers[step.server]!, keys, redisOf(step.server));
       runs.push(variant);
-      const after = await baselineRun(step.baseline, round);
+      const after = await baselineRun(step, round);
       pairs.push({ name: step.name, round, variant, before, after });
       before = after;
     }
@@ -313,7 +371,7 @@ async function runRounds(servers: Record<string, Server>, redis: { admin: Redis;
 /** A variant's fixed rate: half the peak of the slower of it and its baseline, a rate both sustain. */
 const rateOf = (step: Step, runs: Run[]) => {
   const half = (name: string) => Math.round(median(runs.filter((r) => r.name === name).map((r) => r.rps)) / 2);
-  return Math.min(half(step.baseline), half(step.name));
+  return Math.min(half(baselineName(step)), half(step.name));
 };
 
 /** Latency and server CPU at a fixed rate, open loop, A B A B as at saturation. */
@@ -324,20 +382,20 @@ async function runFixedRate(servers: Record<string, Server>, runs: Run[]) {
     let before: { name: string; rate: number; result: PacedRun } | undefined;
     for (const step of PLAN) {
       const rate = rateOf(step, runs);
+      const name = baselineName(step);
+      const baseline = servers[step.baseline]!;
+      const baselineKeys = baselineKeysOf(step, `paced-r${round}`);
+      await primeKeys(name, baseline, baselineKeys);
       // The previous pair's last baseline run serves as this pair's first only at the same rate.
-      if (before?.name !== step.baseline || before.rate !== rate) {
-        before = {
-          name: step.baseline,
-          rate,
-          result: await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate),
-        };
+      if (before?.name !== name || before.rate !== rate) {
+        before = { name, rate, result: await pacedRun(name, baseline, baselineKeys, rate) };
       }
       const keys = step.keys === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${step.name}-paced-r${round}`);
       await primeKeys(step.name, servers[step.server]!, keys);
       const variant = await pacedRun(step.name, servers[step.server]!, keys, rate);
-      const after = await pacedRun(step.baseline, servers[step.baseline]!, { mode: 'fresh' }, rate);
+      const after = await pacedRun(name, baseline, baselineKeys, rate);
       paced.push({ name: step.name, round, variant, before: before.result, after });
-      before = { name: step.baseline, rate, result: after };
+      before = { name, rate, result: after };
     }
   }
   return paced;
@@ -404,7 +462,7 @@ async function runGrowth({ redis, admins, schemas }: Services, growth: Record<st
           { mode: 'fresh' },
           {
             admin: admins.get(r)!,
-            pid: r.pid,
+            pids: [r.pid],
           },
         );
         (runs[name] ??= []).push(run);
@@ -459,13 +517,13 @@ async function main() {
   const { redisOps, pgOps } = await measureStoreCost(services);
   const { servers, growth } = await startServers(services);
   await warmUpServers(servers, growth);
-  const main = { admin: services.admins.get(services.redis.main)!, pid: services.redis.main.pid };
-  const { runs, pairs } = await runRounds(servers, main);
+  const main = services.admins.get(services.redis.main)!;
+  const { runs, pairs } = await runRounds(servers, redisOfServer(services));
   const paced = await runFixedRate(servers, runs);
   const { profiler, profiles } = await runProfiles(services);
   const growthRows = await runGrowth(services, growth);
   const { purge, overhead, fingerprint } = await runInProcess(services.schemas);
-  const peerBytes = await peerRecordBytes(main.admin);
+  const peerBytes = await peerRecordBytes(main);
   const loadAfter = loadAverage();
   await cleanup();
 

@@ -2,6 +2,9 @@
  * One HTTP server under load: `node --import tsx bench/server.ts <variant>`.
  * Environment: PORT, REDIS_URL (the handler's INCR, and the Redis stores),
  * PG_URL (the PostgreSQL store). Prints one JSON line `{"ready":port}`.
+ * Variants redis-fence (`restartFence: true`, initialized) and redis-wait
+ * (`waitForReplicas: { replicas: 1, timeout: 1000 }`, REDIS_URL a primary with a replica)
+ * are the Redis store with its durability options.
  *
  * tRPC variants share one router shape and the same `pay` mutation; the
  * library is loaded from the built `dist/` (run `npm run build` first), or
@@ -45,14 +48,24 @@ async function trpcServer(): Promise<Server> {
   const t = initTRPC.context<Ctx>().create();
   let procedure = t.procedure;
 
-  if (variant === 'memory' || variant === 'redis' || variant === 'postgres') {
+  if (['memory', 'redis', 'redis-fence', 'redis-wait', 'postgres'].includes(variant)) {
     const { withIdempotency, memoryStore } = (await libModule('index.js')) as typeof import('../dist/index.js');
     let store: import('../dist/index.js').IdempotencyStore;
     if (variant === 'memory') {
       store = memoryStore(process.env.BENCH_MAX_ENTRIES ? { maxEntries: Number(process.env.BENCH_MAX_ENTRIES) } : {});
-    } else if (variant === 'redis') {
+    } else if (variant.startsWith('redis')) {
       const { redisStore } = (await libModule('redis.js')) as typeof import('../dist/redis.js');
-      store = redisStore({ client: redis });
+      if (variant === 'redis-fence') {
+        // The restart fence, its marker written once as docs/stores.md says (a Redis that lost it refuses claims).
+        const fenced = redisStore({ client: redis, restartFence: true });
+        await fenced.initialize();
+        store = fenced;
+      } else if (variant === 'redis-wait') {
+        // WAIT for one replica after each batch of writes (REDIS_URL: a primary with a replica, bench/lib/replicas.ts).
+        store = redisStore({ client: redis, waitForReplicas: { replicas: 1, timeout: 1_000 } });
+      } else {
+        store = redisStore({ client: redis });
+      }
     } else {
       const { drizzleStore } = (await libModule('drizzle.js')) as typeof import('../dist/drizzle.js');
       const { drizzle } = await import('drizzle-orm/node-postgres');

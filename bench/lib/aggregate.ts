@@ -42,9 +42,19 @@ export interface Pair<R> {
 export interface Step {
   name: string;
   server: string;
+  /** The baseline's server. */
   baseline: string;
   keys: 'fresh' | 'replay';
+  /**
+   * The baseline's keys: fresh (the default: a baseline without idempotency), or replayed, for a
+   * store variant measured against the same store without an option, replays against replays.
+   */
+  baselineKeys?: 'fresh' | 'replay';
 }
+
+/** The name of a step's baseline runs: its server's, and ` replays` after it when it replays. */
+export const baselineName = (step: Step): string =>
+  step.baselineKeys === 'replay' ? `${step.baseline} replays` : step.baseline;
 
 /** A variant at saturation: medians over the rounds, its baselines' beside them. */
 export interface Row {
@@ -75,6 +85,8 @@ export interface Row {
 /** A variant at a fixed rate: percentiles in µs, *added* = the variant's minus its baselines' mean. */
 export interface Latency {
   name: string;
+  /** The name of its baseline runs (see {@link baselineName}). */
+  baseline: string;
   rate: number;
   p50_us: number;
   p99_us: number;
@@ -120,7 +132,7 @@ export function saturationRow(step: Step, pairs: Pair<Run>[]): Row {
   const baseline = (figure: (r: Run) => number) => median(base.map(figure));
   return {
     name: step.name,
-    baseline: step.baseline,
+    baseline: baselineName(step),
     baseline_rps: Math.round(median(mine.map((p) => around(p, (r) => r.rps)))),
     rps: Math.round(variant((r) => r.rps)),
     ratio: round3(median(ratios)),
@@ -151,6 +163,7 @@ export function fixedRateRow(step: Step, paced: Pair<PacedRun>[], rate: number):
   const cpu = (r: PacedRun) => r.server_cpu_us_per_req;
   return {
     name: step.name,
+    baseline: baselineName(step),
     rate,
     p50_us: us(median(mine.map((p) => p.variant.p50_ms))),
     p99_us: us(median(mine.map((p) => p.variant.p99_ms))),

@@ -150,6 +150,10 @@ function table(head: string[], align: string, rows: (string | number)[][]): stri
   return [head, rule, ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
 }
 
+/** A row's name, and its baseline's when that is not the bare tRPC procedure (a peer's own, the store without an option). */
+const variantName = (r: { name: string; baseline: string }) =>
+  r.baseline === 'baseline' ? r.name : `${r.name} (vs ${r.baseline})`;
+
 function saturationTable(rows: Row[]): string {
   return table(
     [
@@ -170,7 +174,7 @@ function saturationTable(rows: Row[]): string {
         ? '0'
         : `${sent}${inScripts > 0 ? ` (+${inScripts} in scripts)` : ''}`;
       return [
-        r.name,
+        variantName(r),
         `**${r.ratio.toFixed(2)}**`,
         r.ratios.map((x) => x.toFixed(2)).join(' '),
         `${fmt(r.rps)} (${fmt(r.baseline_rps)})`,
@@ -229,7 +233,7 @@ function latencyTable(rows: Latency[]): string {
     ],
     'lrlllll',
     rows.map((r) => [
-      r.name,
+      variantName(r),
       fmt(r.rate),
       `${fmt(r.p50_us)} / ${fmt(r.p99_us)}`,
       `${fmt(r.baseline_p50_us)} / ${fmt(r.baseline_p99_us)}`,
@@ -425,6 +429,11 @@ const METHOD = (results: Results) => `## Method
   CPU, per request. *Redis commands*: \`INFO commandstats\` deltas per request, the handler's \`INCR\` left out.
 - *Fixed rate*: each variant and its baseline at half the lower of their peaks, open loop; *added* is the variant's
   percentile minus its baselines', the *cost ratio* its baselines' server CPU per request over its own.
+- A row's baseline is the tRPC procedure without idempotency unless named (*vs ...*): a peer's own server, or, for the
+  Redis store's durability options, the Redis store without the option: *redis-fence* (\`restartFence: true\`,
+  initialized) against *redis-unfenced*, the store without it on the same redis-server; *redis-wait* (\`waitForReplicas: { replicas: 1, timeout: 1000 }\`)
+  against *redis-replicated*, the store without it on the same primary, which has one replica (their Redis CPU: both
+  servers'); replays against the store's replays (*... replays*).
 - *Where the CPU goes*: a fresh, warmed-up server of each path, ${
   results.settings.profiler === 'perf'
     ? '`perf record -e cpu-clock -g` of all its threads (250 µs per sample), V8 builtins counted for their JavaScript caller'
