@@ -3,7 +3,8 @@
  * `BENCH_LIB_A=path/to/dist node --import tsx bench/ab.ts` (B is dist/).
  *
  * Three servers (the baseline without idempotency, and the variant BENCH_VARIANT on build A
- * and on build B, the postgres variant each on a schema of its own); each round runs, in alternating order,
+ * and on build B: dist/, or BENCH_LIB as bench/server.ts reads it; the postgres variant each on a
+ * schema of its own); each round runs, in alternating order,
  * baseline, A, baseline, B, baseline for first executions, then for replays. A variant's
  * ratio is its throughput over the mean of the baseline runs around it. Prints medians and
  * min-max over the rounds: req/s, ratio, server CPU µs per request (the server process),
@@ -133,7 +134,7 @@ async function main() {
     }
   }
   console.log(
-    `\n${VARIANT_A === VARIANT ? VARIANT : `A ${VARIANT_A}, B ${VARIANT}`}: A = ${LIB_A}, B = dist/; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`,
+    `\n${VARIANT_A === VARIANT ? VARIANT : `A ${VARIANT_A}, B ${VARIANT}`}: A = ${LIB_A}, B = ${process.env.BENCH_LIB ?? 'dist/'}; ${ROUNDS} rounds of ${DURATION} s, 32 connections (medians, min-max)`,
   );
   console.log(
     `baseline: ${spread(baselineRuns.map((r) => r.rps))} req/s, server ${spread(baselineRuns.map((r) => r.serverUs))} µs/req, Redis ${spread(baselineRuns.map((r) => r.redisUs))} µs/req`,
