@@ -78,7 +78,8 @@ end
  * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
  * claim, however many waiters poll it and however often.
  */
-export const CLAIM = script(`${FENCE}
+const claim = (fence: string) =>
+  script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
 if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[1] == 'p' then
@@ -88,7 +89,8 @@ if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
   return {rec[1], rec[2], rec[3]}
 end
-local now = clock()
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
 if KEYS[3] and not rec[1] then
   local reopen = fenced(KEYS[3], now, tonumber(ARGV[3]))
@@ -113,7 +115,8 @@ return {'a', now}
  * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
  * With the fence, a completion that finds the record and the marker gone raises the fence.
  */
-export const COMPLETE = script(`${FENCE}
+const complete = (fence: string) =>
+  script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] then
   if rec[2] ~= ARGV[1] then
@@ -137,7 +140,8 @@ return 1
  * ARGV[1] token, ARGV[2] notify channel, ARGV[3] notify message (as for COMPLETE)
  * Returns 1 if deleted, 0 if the token no longer holds the claim.
  */
-export const RELEASE = script(`
+const release = () =>
+  script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -152,7 +156,8 @@ return 1
  * With the fence, a renewal that finds the record gone while the fence is up (or raises it)
  * recreates the claim: Redis lost it, and no one else can have taken it in the meantime.
  */
-export const EXTEND = script(`${FENCE}
+const extend = (fence: string) =>
+  script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 if rec[1] == 'p' and rec[2] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -176,7 +181,8 @@ return 1
  * recorded (1 all the same: the run goes on, and only a retry after a crash of this holder too
  * would run those steps again).
  */
-export const SAVE_STEP = script(`${FENCE}
+const saveStep = (fence: string) =>
+  script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local i = tonumber(ARGV[3])
@@ -195,3 +201,35 @@ redis.call('HSET', KEYS[2], 'f', ARGV[2], 'n', i + 1, 'k' .. ARGV[3], ARGV[4], '
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 return 1
 `);
+
+export interface RedisScripts {
+  readonly CLAIM: RedisScript;
+  readonly COMPLETE: RedisScript;
+  readonly RELEASE: RedisScript;
+  readonly EXTEND: RedisScript;
+  readonly SAVE_STEP: RedisScript;
+}
+
+/**
+ * The scripts of a store without the restart fence: the fence's functions are
+ * left out, so that a store without it runs no more Lua than before it existed
+ * (its branches, behind `KEYS[n]` checks, are never reached).
+ */
+export const UNFENCED: RedisScripts = {
+  CLAIM: claim(''),
+  COMPLETE: complete(''),
+  RELEASE: release(),
+  EXTEND: extend(''),
+  SAVE_STEP: saveStep(''),
+};
+
+/** The scripts of a store with `restartFence`. */
+export const FENCED: RedisScripts = {
+  CLAIM: claim(FENCE),
+  COMPLETE: complete(FENCE),
+  RELEASE: UNFENCED.RELEASE,
+  EXTEND: extend(FENCE),
+  SAVE_STEP: saveStep(FENCE),
+};
+
+export const { CLAIM, COMPLETE, RELEASE, EXTEND, SAVE_STEP } = UNFENCED;

@@ -15,7 +15,7 @@ import { connectionOf, type RedisClient } from './redis-client.js';
 import { fenceMarkers } from './redis-fence.js';
 import { settledNotifications } from './redis-notifications.js';
 import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './redis-script-runner.js';
-import { CLAIM, COMPLETE, EXTEND, RELEASE, SAVE_STEP } from './redis-scripts.js';
+import { FENCED, UNFENCED } from './redis-scripts.js';
 
 export interface RedisStoreOptions {
   /**
@@ -130,6 +130,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const stepsKeyOf = (key: string) => `${key}:steps`;
 
   const run = scriptRunner(connection, waitForReplicas);
+  const { CLAIM, COMPLETE, EXTEND, RELEASE, SAVE_STEP } = restartFence ? FENCED : UNFENCED;
   const notifications = settledNotifications(connection, channel);
   const markers = fenceMarkers(connection, prefix);
   /** A script's keys: a record key, its steps key if given, and the fence marker when the fence is on. */
