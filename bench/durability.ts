@@ -308,9 +308,14 @@ async function main() {
 async function scriptsAlone(out: string, node: BenchRedisNode, label: string) {
   const calls = Number(process.env.SCRIPT_CALLS ?? (CALLGRIND ? 2_000 : 20_000));
   type Script = { sha: string; source: string };
-  const claimOf = async (dir: string) =>
-    ((await import(pathToFileURL(join(dir, 'stores/redis-scripts.js')).href)) as { CLAIM: Script }).CLAIM;
+  type Scripts = { CLAIM: Script; FENCED?: { CLAIM: Script } };
+  const scriptsOf = async (dir: string) =>
+    (await import(pathToFileURL(join(dir, 'stores/redis-scripts.js')).href)) as Scripts;
+  const claimOf = async (dir: string) => (await scriptsOf(dir)).CLAIM;
   const B = await claimOf(join(out, 'b', 'dist'));
+  // Since 2d280d6 a store without the fence runs CLAIM without the fence's functions (FENCED holds the
+  // other variant): the fence-on case takes that one; before it, one script served both.
+  const bFenced = (await scriptsOf(join(out, 'b', 'dist'))).FENCED?.CLAIM ?? B;
   // B's claim without what precedes its body (the fence's two local functions, defined on every call): a
   // replay never calls them, so this tells what defining them costs a call that does not use them.
   const cut = B.source.slice(B.source.indexOf('local rec = '));
@@ -318,6 +323,7 @@ async function scriptsAlone(out: string, node: BenchRedisNode, label: string) {
     A: await claimOf(join(out, 'a', 'dist')),
     B,
     cut: { source: cut, sha: createHash('sha1').update(cut).digest('hex') },
+    fenced: bFenced,
   };
   const redis = new Redis(node.url);
   try {
@@ -361,7 +367,7 @@ async function scriptsAlone(out: string, node: BenchRedisNode, label: string) {
       'A take': (i: number) => [claims.A.sha, 2, `alone:{a${i}}`, `alone:{a${i}}:steps`, 't', 'fp', 30_000, '0', ''],
       'B take': (i: number) => [claims.B.sha, 2, `alone:{b${i}}`, `alone:{b${i}}:steps`, 't', 'fp', 30_000, '0', ''],
       'B take, fence on': (i: number) => [
-        claims.B.sha,
+        claims.fenced.sha,
         3,
         `alone:{f${i}}`,
         `alone:{f${i}}:steps`,
