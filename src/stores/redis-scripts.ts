@@ -104,11 +104,11 @@ return {'a', now}
 `);
 
 /**
- * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
+ * KEYS[1] record key, then the fence marker (only with `restartFence`), then (only when the operation
+ * used steps) its steps key, deleted once the outcome is stored
  * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms),
  * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
- * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one),
- * ARGV[8] '1' if the operation used steps (they are deleted once the outcome is stored)
+ * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
  * Stores the outcome if the token holds the claim, or if the record is gone (expired,
  * evicted, lost in a restart: no one else holds or ran it). The token stays on the record,
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
@@ -125,12 +125,11 @@ if rec[1] then
   end
   if rec[1] ~= 'p' then return 1 end
   if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
-elseif KEYS[3] then
-  fenced(KEYS[3], clock(), 0)
-end
+${fence === '' ? '' : 'else\n  fenced(KEYS[2], clock(), 0)\n'}end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if ARGV[8] == '1' then redis.call('DEL', KEYS[2]) end
+local steps = KEYS[${fence === '' ? 2 : 3}]
+if steps then redis.call('DEL', steps) end
 if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1
 `);

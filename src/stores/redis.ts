@@ -188,19 +188,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
       const key = keyOf(id);
+      // The record, the fence's marker, then the steps key only when the steps go (see COMPLETE).
+      const keys: ScriptKeys = [1, key];
+      if (restartFence) keys.push(markers.of(key));
+      if (clearSteps === true) keys.push(stepsKeyOf(key));
+      keys[0] = keys.length - 1;
       const reply = await run(
         COMPLETE,
-        onKeys(key, stepsKeyOf(key)),
-        [
-          token,
-          state === 'completed' ? 'c' : 'f',
-          body,
-          Math.ceil(ttl),
-          channel,
-          fingerprint,
-          key,
-          clearSteps === true ? '1' : '0',
-        ],
+        keys,
+        [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key],
         true,
       );
       const result = COMPLETED[reply as number];
