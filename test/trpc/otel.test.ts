@@ -386,7 +386,8 @@ describe('openTelemetry: metrics', () => {
     const store = redisStore({ client: redis, prefix });
     const engine = createIdempotencyEngine({
       store,
-      lockTtl: 150,
+      // renewed every 100 ms, each renewal given 100 ms (storeTimeout): a loaded machine's Redis can take 50
+      lockTtl: 300,
       onEvent: openTelemetry({
         meterProvider: otel.meterProvider,
         tracerProvider: otel.tracerProvider,
@@ -394,10 +395,10 @@ describe('openTelemetry: metrics', () => {
       }),
     });
     try {
-      // Runs past several renewals (every 50 ms), then finishes.
+      // Runs past several renewals (every 100 ms), then finishes.
       await engine.run(
         { key: randomUUID(), name: 'report', payload: {} },
-        () => new Promise((resolve) => setTimeout(() => resolve('done'), 400)),
+        () => new Promise((resolve) => setTimeout(() => resolve('done'), 800)),
       );
       // The record disappears while the operation runs: the next renewal finds the claim gone.
       const key = randomUUID();
