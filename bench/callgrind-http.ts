@@ -35,9 +35,16 @@ const REPLAY_KEYS = 500;
 const GC_FUNCTION =
   /v8::internal::(Scaveng|Mark|Sweep|Evacuat|Heap::|MinorMark|ConcurrentMarking|IncrementalMarking|BodyDescriptor|RememberedSet|SlotSet|PagedSpace|MemoryAllocator|GCTracer|ObjectStats)|heap::base::/;
 
-/** name → [server variant, keys]: a fresh key per request, or completed keys reused in turn. */
-const VARIANTS: Record<string, [string, 'fresh' | 'replay']> = {
+/**
+ * name → [server variant, keys, environment]: a fresh key per request, or completed keys reused in turn;
+ * the *-node-redis variants run with node-redis as the application's client (BENCH_REDIS_CLIENT).
+ */
+const NODE_REDIS = { BENCH_REDIS_CLIENT: 'node-redis' };
+const VARIANTS: Record<string, [string, 'fresh' | 'replay', Record<string, string>?]> = {
   baseline: ['baseline', 'fresh'],
+  'baseline-node-redis': ['baseline', 'fresh', NODE_REDIS],
+  'redis-node-redis-first': ['redis', 'fresh', NODE_REDIS],
+  'redis-node-redis-replay': ['redis', 'replay', NODE_REDIS],
   'floor-2-redis-round-trips': ['round-trips', 'fresh'],
   'floor-no-io-handler': ['no-io', 'fresh'],
   ...Object.fromEntries(
@@ -90,8 +97,8 @@ try {
       '| variant | instructions | x baseline | added | without GC | x baseline | added |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   for (const name of names) {
-    const [variant, keys] = VARIANTS[name]!;
-    const c = await count(name, variant, keys, { REDIS_URL: redis.url, PG_URL: schema.url });
+    const [variant, keys, env] = VARIANTS[name]!;
+    const c = await count(name, variant, keys, { REDIS_URL: redis.url, PG_URL: schema.url, ...env });
     counts[name] = c;
     const base = counts.baseline!;
     const own = c.total - c.gc;

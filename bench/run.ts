@@ -102,6 +102,7 @@ const PLAN: Step[] = [
       ['memory', 'memory', 'baseline'],
       ['redis', 'redis', 'baseline'],
       ['redis-autopipelining', 'redis-autopipelining', 'baseline-autopipelining'],
+      ['redis-node-redis', 'redis-node-redis', 'baseline-node-redis'],
       ['postgres', 'postgres', 'baseline'],
       ['node-idempotency', 'node-idempotency', 'baseline'],
       ['powertools', 'powertools', 'baseline'],
@@ -303,6 +304,10 @@ async function startServers(services: Services) {
   const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
   servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
   servers['redis-autopipelining'] = await startServer('redis', pipelined);
+  // The application's client is node-redis (createClient from redis), for the handler's INCR and the store alike.
+  const nodeRedis = { ...env, BENCH_REDIS_CLIENT: 'node-redis' };
+  servers['baseline-node-redis'] = await startServer('baseline', nodeRedis);
+  servers['redis-node-redis'] = await startServer('redis', nodeRedis);
   // The Redis store without the fence, beside redis-fence: the same history (the redis server serves other rows too).
   servers['redis-unfenced'] = await startServer('redis', env);
   // The Redis store with and without waitForReplicas, on the primary with a replica (the handler's INCR too).

@@ -5,6 +5,9 @@
  * Variants redis-fence (`restartFence: true`, initialized) and redis-wait
  * (`waitForReplicas: { replicas: 1, timeout: 1000 }`, REDIS_URL a primary with a replica)
  * are the Redis store with its durability options.
+ * BENCH_REDIS_CLIENT=node-redis: the application's Redis client is node-redis (`createClient` from
+ * `redis`, connected) instead of ioredis, for the handler's INCR and the Redis store alike
+ * (`npm run bench`'s baseline-node-redis and redis-node-redis servers).
  *
  * tRPC variants share one router shape and the same `pay` mutation; the
  * library is loaded from the built `dist/` (run `npm run build` first), or
@@ -23,7 +26,7 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import { middlewareMarker } from '@trpc/server/unstable-core-do-not-import';
 import { Redis } from 'ioredis';
-import { type PayInput, parsePayInput, pay } from './lib/app.js';
+import { type Incr, type PayInput, parsePayInput, pay } from './lib/app.js';
 
 const require = createRequire(import.meta.url);
 const variant = process.argv[2] ?? 'baseline';
@@ -32,6 +35,13 @@ const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 // BENCH_AUTO_PIPELINING=1: the application's ioredis client batches the commands issued in one tick
 // into one write (ioredis's enableAutoPipelining; node-redis, which @node-idempotency uses, always does).
 const redis = new Redis(redisUrl, { enableAutoPipelining: process.env.BENCH_AUTO_PIPELINING === '1' });
+// BENCH_REDIS_CLIENT=node-redis: node-redis instead, for the handler and the Redis store (redis above stays idle).
+const nodeRedis =
+  process.env.BENCH_REDIS_CLIENT === 'node-redis'
+    ? await (await import('redis')).createClient({ url: redisUrl }).connect()
+    : undefined;
+/** The client the handler's INCR and the Redis store use. */
+const appRedis: Incr = nodeRedis ?? redis;
 // Another build of the library (a directory holding index.js, redis.js, drizzle.js), to compare two builds.
 const lib =
   process.env.BENCH_LIB === undefined
@@ -57,14 +67,14 @@ async function trpcServer(): Promise<Server> {
       const { redisStore } = (await libModule('redis.js')) as typeof import('../dist/redis.js');
       if (variant === 'redis-fence') {
         // The restart fence, its marker written once as docs/stores.md says (a Redis that lost it refuses claims).
-        const fenced = redisStore({ client: redis, restartFence: true });
+        const fenced = redisStore({ client: nodeRedis ?? redis, restartFence: true });
         await fenced.initialize();
         store = fenced;
       } else if (variant === 'redis-wait') {
         // WAIT for one replica after each batch of writes (REDIS_URL: a primary with a replica, bench/lib/replicas.ts).
-        store = redisStore({ client: redis, waitForReplicas: { replicas: 1, timeout: 1_000 } });
+        store = redisStore({ client: nodeRedis ?? redis, waitForReplicas: { replicas: 1, timeout: 1_000 } });
       } else {
-        store = redisStore({ client: redis });
+        store = redisStore({ client: nodeRedis ?? redis });
       }
     } else {
       const { drizzleStore } = (await libModule('drizzle.js')) as typeof import('../dist/drizzle.js');
@@ -129,7 +139,7 @@ async function trpcServer(): Promise<Server> {
     }) as unknown as typeof procedure;
   }
 
-  let resolve = (redisClient: Redis, input: PayInput, _ctx: Ctx): Promise<unknown> => pay(redisClient, input);
+  let resolve = (redisClient: Incr, input: PayInput, _ctx: Ctx): Promise<unknown> => pay(redisClient, input);
   if (variant === 'no-io') {
     // The same result without the INCR: a response made without any I/O, as a replay from
     // the memory store is. Node then writes it in one writev (see bench/RESULTS.md).
@@ -146,10 +156,10 @@ async function trpcServer(): Promise<Server> {
   if (variant === 'round-trips') {
     // The floor of a Redis store: the baseline plus two more round trips (as many as
     // a first execution's claim and completion), with no idempotency logic at all.
-    resolve = async (redisClient, input) => {
-      await redisClient.exists('bench:claim');
-      const result = await pay(redisClient, input);
-      await redisClient.exists('bench:complete');
+    resolve = async (_client, input) => {
+      await redis.exists('bench:claim');
+      const result = await pay(redis, input);
+      await redis.exists('bench:complete');
       return result;
     };
   }
@@ -177,7 +187,7 @@ async function trpcServer(): Promise<Server> {
   }
 
   const router = t.router({
-    pay: procedure.input(parsePayInput).mutation(({ input, ctx }) => resolve(redis, input, ctx)),
+    pay: procedure.input(parsePayInput).mutation(({ input, ctx }) => resolve(appRedis, input, ctx)),
   });
   return createHTTPServer({ router, createContext: ({ req, res }) => ({ req, res }) });
 }
@@ -243,6 +253,7 @@ process.on('SIGTERM', () => {
   server.closeAllConnections();
   server.close();
   redis.disconnect();
+  nodeRedis?.destroy();
   // Exit 1 when the profile could not be written: the bench then stops and says which server failed.
   stopProfile().then(
     () => process.exit(0),

@@ -2,7 +2,10 @@
  * The operation every server variant runs: one Redis INCR, and a result of
  * about 200 bytes of JSON. Baselines and idempotent variants share it.
  */
-import type { Redis } from 'ioredis';
+/** The application's Redis client, as pay uses it: an ioredis `Redis` or a node-redis client. */
+export interface Incr {
+  incr(key: string): Promise<number>;
+}
 
 export interface PayInput {
   amount: number;
@@ -23,7 +26,7 @@ export const PAY_BODY = JSON.stringify({ amount: 4200, currency: 'eur' } satisfi
 
 const DESCRIPTION = 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.';
 
-export async function pay(redis: Redis, input: PayInput): Promise<PayResult> {
+export async function pay(redis: Incr, input: PayInput): Promise<PayResult> {
   const n = await redis.incr('bench:payments');
   return {
     id: `pay_${n}`,
