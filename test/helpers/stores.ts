@@ -244,9 +244,16 @@ async function startReplicated(): Promise<{ primary: PrivateRedis; replica: Priv
   const primary = await startPrivateRedis();
   const replica = await startPrivateRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
   const client = new Redis({ port: primary.port, host: '127.0.0.1' });
-  for (let tries = 0; !/connected_slaves:1\b/.test(await client.info('replication')); tries++) {
-    if (tries === 200) throw new Error('the private replica did not connect to its primary within 10 s');
-    await new Promise((resolve) => setTimeout(resolve, 50));
+  try {
+    for (let tries = 0; !/connected_slaves:1\b/.test(await client.info('replication')); tries++) {
+      if (tries === 200) throw new Error('the private replica did not connect to its primary within 10 s');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } catch (error) {
+    // afterAll cannot stop what it was never given
+    client.disconnect();
+    await Promise.all([primary.stop(), replica.stop()]);
+    throw error;
   }
   return { primary, replica, client };
 }
