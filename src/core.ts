@@ -7,6 +7,20 @@
 // fingerprint outside a call: docs/steps.md, docs/stores.md); the store
 // contract, storeFailure and StoreFailureKind (store authors).
 
+export type {
+  IdempotencyAdmin,
+  IdempotencyAdminOptions,
+  InspectedRecord,
+  RecordRef,
+  ReleaseInput,
+  ReleaseRefusal,
+  ReleaseResult,
+  ScanInput,
+  StatsResult,
+  StuckInput,
+  StuckResult,
+} from './core/admin.js';
+export { idempotencyAdmin } from './core/admin.js';
 export { jsonCodec, type OutcomeCodec } from './core/codec.js';
 export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
 export {
@@ -24,6 +38,7 @@ export { DEFAULT_POLICY } from './core/policy.js';
 export { deriveStepKey } from './core/step-key.js';
 export type { IdempotencySteps } from './core/steps.js';
 export type * from './core/store.js';
+export type * from './core/store-admin.js';
 export type {
   ExecuteInput,
   ExecuteResult,

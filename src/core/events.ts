@@ -12,8 +12,10 @@ export type IdempotencyEventResult =
   | 'mismatch'
   /** The outcome was stored (`state` says whether a result or a replayable error). */
   | 'completed'
-  /** The claim was released so the key can be retried (`reason` says why). */
+  /** The claim was released so the key can be retried (`reason` says why: `operator` or `operator_forced` for an operator's release). */
   | 'released'
+  /** An operator deleted a stored outcome (`state` says which) or recorded steps: a retry of that key runs the operation again. */
+  | 'forgotten'
   /** The claim was lost while the operation ran (it outlived `lockTtl` without renewal). */
   | 'lease_lost'
   /** The claim was renewed while the operation ran (every `lockTtl / 3`). */

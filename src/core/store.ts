@@ -9,6 +9,8 @@
  * overwrite or delete the new holder's record.
  */
 
+import type { StoreAdmin } from './store-admin.js';
+
 /** A record's state as the engine sees it. `in_progress` is a live claim. */
 export type RecordState = 'in_progress' | 'completed' | 'failed';
 
@@ -175,6 +177,11 @@ export interface StoreTransaction {
 }
 
 export interface IdempotencyStore {
+  /**
+   * Optional: what operators may read and change (see {@link StoreAdmin}):
+   * `idempotencyAdmin` and the CLI need it. The engine never uses it.
+   */
+  readonly admin?: StoreAdmin;
   /**
    * What kind of store this is, for telemetry: `memory`, `redis`,
    * `postgresql`. A bounded, low-cardinality name (never a host or a prefix);

@@ -12,6 +12,11 @@ export class KeyedListeners {
     };
   }
 
+  /** Someone listens for `key`. */
+  has(key: string): boolean {
+    return this.#byKey.has(key);
+  }
+
   notify(key: string): void {
     const set = this.#byKey.get(key);
     if (set !== undefined) for (const listener of set) listener();

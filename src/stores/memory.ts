@@ -13,7 +13,9 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import type { StoreAdmin } from '../core/store-admin.js';
 import { KeyedListeners } from './listeners.js';
+import { memoryAdmin } from './memory-admin.js';
 import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): roughly the heap taken by
@@ -56,6 +58,10 @@ interface MemoryRecord {
   token: string | undefined;
   body: string | undefined;
   expiresAt: number;
+  /** When the claim that holds (or finished) the record took it. */
+  claimedAt: number;
+  /** While in progress: the lease of the claim or its last renewal. */
+  lockTtl: number | undefined;
   bytes: number;
   scope: ScopeUsage<MemoryRecord>;
 }
@@ -70,6 +76,7 @@ interface MemorySteps {
 
 export interface MemoryStore extends IdempotencyStore {
   readonly name: 'memory';
+  readonly admin: StoreAdmin;
   /** Live entries, what `maxEntries` bounds: records and lists of steps (expired ones are not counted). */
   readonly size: number;
   /** The bytes of the live entries, as `maxBytes` counts them. */
@@ -191,8 +198,29 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return rec !== undefined && rec.state === 'in_progress' && rec.token === token ? rec : undefined;
   }
 
+  const admin = memoryAdmin({
+    now,
+    records,
+    live,
+    liveSteps(id, t) {
+      const recorded = stepsOf.get(id);
+      if (recorded === undefined) return undefined;
+      if (recorded.expiresAt > t) return recorded;
+      dropSteps(id, recorded);
+      return undefined;
+    },
+    drop,
+    dropSteps(id) {
+      const recorded = stepsOf.get(id);
+      if (recorded !== undefined) dropSteps(id, recorded);
+    },
+    waiting: (id) => listeners.has(id),
+    notify: (id) => listeners.notify(id),
+  });
+
   return {
     name: 'memory',
+    admin,
     get size() {
       sweep();
       return shares.entries;
@@ -219,10 +247,21 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         if (!makeRoom(time, 1, size, shares.get(name))) throw full(1, size);
         const scope = shares.usage(name);
         const expiresAt = time + lockTtl;
-        records.set(id, { state: 'in_progress', fingerprint, token, body: undefined, expiresAt, bytes: size, scope });
+        records.set(id, {
+          state: 'in_progress',
+          fingerprint,
+          token,
+          body: undefined,
+          expiresAt,
+          claimedAt: time,
+          lockTtl,
+          bytes: size,
+          scope,
+        });
         shares.account(scope, 1, size);
       } else {
         rec.expiresAt = time + lockTtl;
+        rec.lockTtl = lockTtl;
       }
       expiring(time + lockTtl);
       if (stepsOf.size > 0) {
@@ -260,6 +299,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         token,
         body,
         expiresAt: t + ttl,
+        claimedAt: rec?.claimedAt ?? t,
+        lockTtl: undefined,
         bytes: size,
         scope: shares.usage(name),
       };
@@ -318,6 +359,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const rec = held(id, token, t);
       if (rec === undefined) return false;
       rec.expiresAt = t + lockTtl;
+      rec.lockTtl = lockTtl;
       expiring(rec.expiresAt);
       return true;
     },

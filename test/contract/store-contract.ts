@@ -11,6 +11,7 @@ import {
   type SaveStepInput,
 } from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
+import { describeAdminContract } from './admin-contract.js';
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
 
@@ -671,5 +672,7 @@ export function describeStoreContract(
         });
       });
     });
+
+    describeAdminContract(create);
   });
 }

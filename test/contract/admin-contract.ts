@@ -1,0 +1,261 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import {
+  type IdempotencyStore,
+  type ListInput,
+  type RecordSummary,
+  recordId,
+  type StoreAdmin,
+} from '../../src/core.js';
+import type { StoreHarness } from './store-contract.js';
+
+/**
+ * The operator's side of the contract (`store.admin`): inspect, list, forget.
+ * Run by describeStoreContract on every store. Times are the store's clock,
+ * so they are compared with the `time` each answer carries, with a margin for
+ * a real server's round trips.
+ */
+export function describeAdminContract(create: () => Promise<StoreHarness> | StoreHarness) {
+  describe('admin (operator reads and deletes)', () => {
+    // A procedure of its own per test, so a listing filtered by it sees only that test's records.
+    const procedure = () => `admin.op${randomUUID().slice(0, 8)}`;
+    const adminOf = (store: IdempotencyStore): StoreAdmin => {
+      expect(store.admin, 'the store offers the operator API').toBeDefined();
+      return store.admin!;
+    };
+    const completed = async (store: IdempotencyStore, id: string, body: string, state: 'completed' | 'failed') => {
+      await store.claim({ id, fingerprint: 'fp', token: `t-${id}`, lockTtl: 10_000 });
+      expect(await store.complete({ id, fingerprint: 'fp', token: `t-${id}`, state, body, ttl: 60_000 })).toBe(
+        'stored',
+      );
+    };
+    /** Every page of a listing, with the number of calls it took. */
+    const listAll = async (admin: StoreAdmin, input: ListInput) => {
+      const records: RecordSummary[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await admin.list({ ...input, cursor });
+        expect(page.time).toBeTypeOf('number');
+        expect(page.examined).toBeGreaterThanOrEqual(page.records.length);
+        records.push(...page.records);
+        cursor = page.cursor;
+        pages++;
+        expect(pages, 'a listing ends').toBeLessThan(10_000);
+      } while (cursor !== undefined);
+      return { records, pages };
+    };
+
+    it('inspects an absent record', async () => {
+      const { store } = await create();
+      const info = await adminOf(store).inspect({ id: recordId('u1', procedure(), 'k') });
+      expect(info).toMatchObject({ state: 'absent', steps: [] });
+      expect(info.time).toBeTypeOf('number');
+      expect(info.fingerprint).toBeUndefined();
+      expect(info.token).toBeUndefined();
+    });
+
+    it('inspects a claim: its attempt, claim time, lease and waiters; a renewal shows in its lease', async () => {
+      const { store } = await create();
+      const admin = adminOf(store);
+      const id = recordId('u1', procedure(), randomUUID());
+      const claim = await store.claim({ id, fingerprint: 'fp-1', token: 'attempt-1', lockTtl: 5_000 });
+      expect(claim.state).toBe('acquired');
+      const info = await admin.inspect({ id });
+      expect(info).toMatchObject({ id, state: 'in_progress', fingerprint: 'fp-1', token: 'attempt-1', lockTtl: 5_000 });
+      expect(info.claimedAt).toBeGreaterThanOrEqual(claim.time! - 50);
+      expect(info.claimedAt).toBeLessThanOrEqual(info.time + 50);
+      expect(info.expiresAt).toBeGreaterThan(info.time + 4_000);
+      expect(info.expiresAt).toBeLessThanOrEqual(info.time + 5_050);
+      expect(info.bytes).toBeUndefined();
+      expect(info.body).toBeUndefined();
+
+      // a duplicate waits for it
+      await store.onSettled?.(id, () => {});
+      await store.claim({ id, fingerprint: 'fp-1', token: 'attempt-2', lockTtl: 5_000, waiting: true });
+      const waited = await admin.inspect({ id });
+      if (store.name !== 'postgresql') expect(waited.waiting).toBe(true);
+      else expect(waited.waiting).toBeUndefined();
+
+      expect(await store.extend({ id, token: 'attempt-1', lockTtl: 9_000, fingerprint: 'fp-1' })).toBe(true);
+      const renewed = await admin.inspect({ id });
+      expect(renewed).toMatchObject({ state: 'in_progress', token: 'attempt-1', lockTtl: 9_000 });
+      expect(renewed.claimedAt).toBe(info.claimedAt);
+      expect(renewed.expiresAt).toBeGreaterThan(renewed.time + 8_000);
+    });
+
+    it('inspects a stored outcome: its size in UTF-8 bytes, the body only when asked', async () => {
+      const { store } = await create();
+      const admin = adminOf(store);
+      const id = recordId(undefined, procedure(), randomUUID());
+      const body = '{"charge":"ch_é€😀"}';
+      await completed(store, id, body, 'completed');
+      const info = await admin.inspect({ id });
+      expect(info).toMatchObject({
+        state: 'completed',
+        fingerprint: 'fp',
+        token: `t-${id}`,
+        bytes: Buffer.byteLength(body),
+      });
+      expect(info.body).toBeUndefined();
+      expect(info.claimedAt).toBeLessThanOrEqual(info.time + 50);
+      expect(info.expiresAt).toBeGreaterThan(info.time + 59_000);
+      expect(info.expiresAt).toBeLessThanOrEqual(info.time + 60_050);
+      expect(info.lockTtl).toBeUndefined();
+      expect((await admin.inspect({ id, body: true })).body).toBe(body);
+
+      const failedId = recordId(undefined, procedure(), randomUUID());
+      await completed(store, failedId, '', 'failed');
+      expect(await admin.inspect({ id: failedId, body: true })).toMatchObject({ state: 'failed', bytes: 0, body: '' });
+    });
+
+    it('inspects the recorded steps, in order, with their sizes; a completion that clears them shows none', async () => {
+      const { store } = await create();
+      if (store.saveStep === undefined) return;
+      const admin = adminOf(store);
+      const id = recordId('u2', procedure(), randomUUID());
+      await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
+      const step = { id, token: 'a', fingerprint: 'fp', ttl: 60_000, lockTtl: 5_000 };
+      expect(await store.saveStep({ ...step, index: 0, name: 'reserve', body: '{"r":1}' })).toBe('stored');
+      expect(await store.saveStep({ ...step, index: 1, name: 'charge', body: '"é"' })).toBe('stored');
+      const info = await admin.inspect({ id });
+      expect(info.steps).toEqual([
+        { name: 'reserve', bytes: 7 },
+        { name: 'charge', bytes: 4 },
+      ]);
+      expect(info.stepsExpireAt).toBeGreaterThan(info.time + 59_000);
+
+      // released: the record is gone, its steps stay for the next attempt
+      expect(await store.release({ id, token: 'a' })).toBe(true);
+      expect(await admin.inspect({ id })).toMatchObject({
+        state: 'absent',
+        steps: [{ name: 'reserve' }, { name: 'charge' }],
+      });
+
+      await store.claim({ id, fingerprint: 'fp', token: 'b', lockTtl: 5_000 });
+      await store.complete({
+        id,
+        fingerprint: 'fp',
+        token: 'b',
+        state: 'completed',
+        body: '1',
+        ttl: 60_000,
+        clearSteps: true,
+      });
+      const done = await admin.inspect({ id });
+      expect(done).toMatchObject({ state: 'completed', steps: [] });
+      expect(done.stepsExpireAt).toBeUndefined();
+    });
+
+    it('lists records a page at a time, filtered by procedure, state and age, until the cursor ends', async () => {
+      const { store, advance } = await create();
+      const admin = adminOf(store);
+      // glob and LIKE characters in the name must be matched literally
+      const name = `${procedure()}[*]?%_\\`;
+      const other = procedure();
+      const held = recordId('u1', name, 'held');
+      const done = recordId('u1', name, 'done');
+      const failed = recordId('u2', name, 'failed');
+      const elsewhere = recordId('u1', other, 'held');
+      await store.claim({ id: held, fingerprint: 'fp', token: 'h', lockTtl: 10_000 });
+      await store.claim({ id: elsewhere, fingerprint: 'fp', token: 'e', lockTtl: 10_000 });
+      await completed(store, done, '{"ok":true}', 'completed');
+      await completed(store, failed, '{"error":1}', 'failed');
+
+      const all = await listAll(admin, { name, limit: 2 });
+      expect(all.records.map((r) => r.id).sort()).toEqual([done, failed, held].sort());
+      expect(all.records.find((r) => r.id === held)).toMatchObject({
+        state: 'in_progress',
+        token: 'h',
+        lockTtl: 10_000,
+      });
+      expect(all.records.find((r) => r.id === done)).toMatchObject({ state: 'completed', bytes: 11 });
+      expect(all.records.find((r) => r.id === failed)).toMatchObject({ state: 'failed', fingerprint: 'fp' });
+
+      const inProgress = await listAll(admin, { name, state: 'in_progress' });
+      expect(inProgress.records.map((r) => r.id)).toEqual([held]);
+      const finished = await listAll(admin, { name, state: 'completed' });
+      expect(finished.records.map((r) => r.id)).toEqual([done]);
+
+      await advance(300);
+      expect((await listAll(admin, { name, state: 'in_progress', olderThan: 200 })).records.map((r) => r.id)).toEqual([
+        held,
+      ]);
+      expect((await listAll(admin, { name, state: 'in_progress', olderThan: 600_000 })).records).toEqual([]);
+
+      // without a name, the listing reaches every record; our two claims are among them
+      const everything = await listAll(admin, { state: 'in_progress', limit: 500 });
+      const ids = new Set(everything.records.map((r) => r.id));
+      expect(ids.has(held) && ids.has(elsewhere)).toBe(true);
+      expect(ids.has(done)).toBe(false);
+    });
+
+    it('forgets a record only as the operator saw it: same state, same token', async () => {
+      const { store } = await create();
+      const admin = adminOf(store);
+      const id = recordId('u1', procedure(), randomUUID());
+      await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      expect(await admin.forget({ id, state: 'in_progress', token: 'other' })).toBe(false);
+      expect(await admin.forget({ id, state: 'completed', token: 'a' })).toBe(false);
+      expect(await admin.forget({ id, state: 'absent' })).toBe(false);
+      expect((await admin.inspect({ id })).state).toBe('in_progress');
+
+      let settled = 0;
+      const unsubscribe = await store.onSettled?.(id, () => settled++);
+      expect(await admin.forget({ id, state: 'in_progress', token: 'a' })).toBe(true);
+      expect((await admin.inspect({ id })).state).toBe('absent');
+      // the holder is fenced out; a retry takes the key
+      expect(await store.extend({ id, token: 'a', lockTtl: 10_000, fingerprint: 'fp' })).toBe(false);
+      expect((await store.claim({ id, fingerprint: 'fp', token: 'b', lockTtl: 10_000 })).state).toBe('acquired');
+      if (store.onSettled !== undefined && store.name !== 'postgresql') {
+        await expect.poll(() => settled, { timeout: 2_000 }).toBeGreaterThan(0);
+      }
+      unsubscribe?.();
+
+      // a stored outcome, forgotten: the next claim runs again
+      const done = recordId('u1', procedure(), randomUUID());
+      await completed(store, done, '"r"', 'completed');
+      expect(await admin.forget({ id: done, state: 'completed', token: `t-${done}` })).toBe(true);
+      expect((await store.claim({ id: done, fingerprint: 'fp', token: 'c', lockTtl: 10_000 })).state).toBe('acquired');
+    });
+
+    it('forgets steps only when asked: with the record, or alone', async () => {
+      const { store } = await create();
+      if (store.saveStep === undefined) return;
+      const admin = adminOf(store);
+      const step = {
+        token: 'a',
+        fingerprint: 'fp',
+        index: 0,
+        name: 'reserve',
+        body: '1',
+        ttl: 60_000,
+        lockTtl: 10_000,
+      };
+
+      const kept = recordId('u1', procedure(), randomUUID());
+      await store.claim({ id: kept, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      await store.saveStep({ ...step, id: kept });
+      expect(await admin.forget({ id: kept, state: 'in_progress', token: 'a' })).toBe(true);
+      expect(await store.claim({ id: kept, fingerprint: 'fp', token: 'b', lockTtl: 10_000 })).toMatchObject({
+        state: 'acquired',
+        steps: { steps: [{ name: 'reserve', body: '1' }] },
+      });
+
+      const cleared = recordId('u1', procedure(), randomUUID());
+      await store.claim({ id: cleared, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      await store.saveStep({ ...step, id: cleared });
+      expect(await admin.forget({ id: cleared, state: 'in_progress', token: 'a', steps: true })).toBe(true);
+      expect(await admin.inspect({ id: cleared })).toMatchObject({ state: 'absent', steps: [] });
+
+      const alone = recordId('u1', procedure(), randomUUID());
+      await store.claim({ id: alone, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      await store.saveStep({ ...step, id: alone });
+      await store.release({ id: alone, token: 'a' });
+      expect(await admin.forget({ id: alone, state: 'absent' })).toBe(false);
+      expect(await admin.forget({ id: alone, state: 'absent', steps: true })).toBe(true);
+      expect(await admin.inspect({ id: alone })).toMatchObject({ state: 'absent', steps: [] });
+      expect(await admin.forget({ id: alone, state: 'absent', steps: true })).toBe(false);
+    });
+  });
+}
