@@ -20,6 +20,8 @@ export type RecordRef =
 export interface InspectedRecord extends RecordInfo {
   /** The operation name (the procedure path) the record belongs to. */
   procedure: string;
+  /** The `keyHash` the layer's events carry for this record: search the logs with it. */
+  keyHash: string;
   /** While in progress: when the claim was last taken or renewed (`expiresAt - lockTtl`), when the store knows. */
   renewedAt?: number;
   /**
@@ -80,7 +82,7 @@ export interface StuckInput extends ScanInput {
 }
 
 export interface StuckResult {
-  records: (RecordSummary & { procedure: string; renewedAt?: number; live?: boolean })[];
+  records: (RecordSummary & { procedure: string; keyHash: string; renewedAt?: number; live?: boolean })[];
   examined: number;
   /** Every record was examined (false: `max` was reached first). */
   complete: boolean;
@@ -151,7 +153,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
 
   async function read(id: string, body: boolean): Promise<InspectedRecord> {
     const info = await admin!.inspect({ id, body });
-    return { ...info, procedure: nameOfRecordId(id), ...liveness(info, info.time) };
+    return { ...info, procedure: nameOfRecordId(id), keyHash: hashRecordId(id), ...liveness(info, info.time) };
   }
 
   function report(record: InspectedRecord, started: number, forced: boolean) {
@@ -162,7 +164,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
         : { result: 'forgotten', reason: 'operator', name: record.procedure, durationMs: 0 };
     if (record.state === 'completed' || record.state === 'failed') event.state = record.state;
     event.store = storeName;
-    event.keyHash = hashRecordId(record.id);
+    event.keyHash = record.keyHash;
     event.durationMs = performance.now() - started;
     onEvent(event);
   }
@@ -239,7 +241,12 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
     async stuck(input) {
       const records: StuckResult['records'] = [];
       const { examined, complete } = await scan({ ...input, state: 'in_progress' }, (rec, time) => {
-        records.push({ ...rec, procedure: nameOfRecordId(rec.id), ...liveness(rec, time) });
+        records.push({
+          ...rec,
+          procedure: nameOfRecordId(rec.id),
+          keyHash: hashRecordId(rec.id),
+          ...liveness(rec, time),
+        });
       });
       records.sort((a, b) => (a.claimedAt ?? 0) - (b.claimedAt ?? 0));
       return { records, examined, complete };
