@@ -17,7 +17,9 @@ export interface AdminView {
   token: string | undefined;
   body: string | undefined;
   expiresAt: number;
+  /** When the claim that holds (or finished) the record took it. */
   claimedAt: number;
+  /** While in progress: the lease of the claim or its last renewal. */
   lockTtl: number | undefined;
 }
 

@@ -9,13 +9,12 @@ import type {
   FencedInput,
   IdempotencyStore,
   RecordedStep,
-  RecordState,
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
 import type { StoreAdmin } from '../core/store-admin.js';
 import { KeyedListeners } from './listeners.js';
-import { memoryAdmin } from './memory-admin.js';
+import { type AdminView, memoryAdmin } from './memory-admin.js';
 import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): roughly the heap taken by
@@ -52,16 +51,8 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
-interface MemoryRecord {
-  state: RecordState;
-  fingerprint: string;
-  token: string | undefined;
-  body: string | undefined;
-  expiresAt: number;
-  /** When the claim that holds (or finished) the record took it. */
-  claimedAt: number;
-  /** While in progress: the lease of the claim or its last renewal. */
-  lockTtl: number | undefined;
+/** A record: what its admin reads (memory-admin.ts), and its accounting. */
+interface MemoryRecord extends AdminView {
   bytes: number;
   scope: ScopeUsage<MemoryRecord>;
 }
