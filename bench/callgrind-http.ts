@@ -45,6 +45,11 @@ const VARIANTS: Record<string, [string, 'fresh' | 'replay', Record<string, strin
   'baseline-node-redis': ['baseline', 'fresh', NODE_REDIS],
   'redis-node-redis-first': ['redis', 'fresh', NODE_REDIS],
   'redis-node-redis-replay': ['redis', 'replay', NODE_REDIS],
+  'floor-2-redis-round-trips-node-redis': ['round-trips', 'fresh', NODE_REDIS],
+  'node-idempotency-node-redis-first': ['node-idempotency', 'fresh', NODE_REDIS],
+  'node-idempotency-node-redis-replay': ['node-idempotency', 'replay', NODE_REDIS],
+  'powertools-node-redis-first': ['powertools', 'fresh', NODE_REDIS],
+  'powertools-node-redis-replay': ['powertools', 'replay', NODE_REDIS],
   'floor-2-redis-round-trips': ['round-trips', 'fresh'],
   'floor-no-io-handler': ['no-io', 'fresh'],
   ...Object.fromEntries(

@@ -103,6 +103,10 @@ const PLAN: Step[] = [
       ['redis', 'redis', 'baseline'],
       ['redis-autopipelining', 'redis-autopipelining', 'baseline-autopipelining'],
       ['redis-node-redis', 'redis-node-redis', 'baseline-node-redis'],
+      // The peers on node-redis, as their idempotency layers are, against the same node-redis baseline as the
+      // store on node-redis: their handler's INCR goes through node-redis too (BENCH_REDIS_CLIENT).
+      ['node-idempotency-node-redis', 'node-idempotency-node-redis', 'baseline-node-redis'],
+      ['powertools-node-redis', 'powertools-node-redis', 'baseline-node-redis'],
       ['postgres', 'postgres', 'baseline'],
       ['node-idempotency', 'node-idempotency', 'baseline'],
       ['powertools', 'powertools', 'baseline'],
@@ -308,6 +312,8 @@ async function startServers(services: Services) {
   const nodeRedis = { ...env, BENCH_REDIS_CLIENT: 'node-redis' };
   servers['baseline-node-redis'] = await startServer('baseline', nodeRedis);
   servers['redis-node-redis'] = await startServer('redis', nodeRedis);
+  servers['node-idempotency-node-redis'] = await startServer('node-idempotency', nodeRedis);
+  servers['powertools-node-redis'] = await startServer('powertools', nodeRedis);
   // The Redis store without the fence, beside redis-fence: the same history (the redis server serves other rows too).
   servers['redis-unfenced'] = await startServer('redis', env);
   // The Redis store with and without waitForReplicas, on the primary with a replica (the handler's INCR too).

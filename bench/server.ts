@@ -156,10 +156,12 @@ async function trpcServer(): Promise<Server> {
   if (variant === 'round-trips') {
     // The floor of a Redis store: the baseline plus two more round trips (as many as
     // a first execution's claim and completion), with no idempotency logic at all.
-    resolve = async (_client, input) => {
-      await redis.exists('bench:claim');
-      const result = await pay(redis, input);
-      await redis.exists('bench:complete');
+    // On the application's client (BENCH_REDIS_CLIENT=node-redis: node-redis's round trips).
+    const exists = (key: string) => (appRedis as unknown as { exists(key: string): Promise<number> }).exists(key);
+    resolve = async (client, input) => {
+      await exists('bench:claim');
+      const result = await pay(client, input);
+      await exists('bench:complete');
       return result;
     };
   }
@@ -178,11 +180,15 @@ async function trpcServer(): Promise<Server> {
     // Outside Lambda there is no remaining time: a context that always has 30 s gives in-progress
     // records an expiry (as lockTtl does for ours) and spares a console.warn per request.
     config.registerLambdaContext({ getRemainingTimeInMillis: () => 30_000 } as never);
-    const idempotentPay = makeIdempotent(async (event: { key: string; input: PayInput }) => pay(redis, event.input), {
-      persistenceStore,
-      config,
-      keyPrefix: 'pay',
-    });
+    // The handler's INCR on the application's client (BENCH_REDIS_CLIENT=node-redis: node-redis, as its baseline's).
+    const idempotentPay = makeIdempotent(
+      async (event: { key: string; input: PayInput }) => pay(appRedis, event.input),
+      {
+        persistenceStore,
+        config,
+        keyPrefix: 'pay',
+      },
+    );
     resolve = (_client, input, ctx) => idempotentPay({ key: String(ctx.req.headers['idempotency-key']), input });
   }
 

@@ -434,6 +434,10 @@ const METHOD = (results: Results) => `## Method
   initialized) against *redis-unfenced*, the store without it on the same redis-server; *redis-wait* (\`waitForReplicas: { replicas: 1, timeout: 1000 }\`)
   against *redis-replicated*, the store without it on the same primary, which has one replica (their Redis CPU: both
   servers'); replays against the store's replays (*... replays*).
+- *...-node-redis*: the application's Redis client is node-redis (\`createClient\` from \`redis\`) for the handler's
+  \`INCR\` and, in *redis-node-redis*, the store; each against *baseline-node-redis*, the baseline handler on
+  node-redis. The peers' idempotency layers use node-redis clients of their own in every row; their rows without
+  the suffix have the handler's \`INCR\` on ioredis, against the ioredis *baseline*.
 - *Where the CPU goes*: a fresh, warmed-up server of each path, ${
   results.settings.profiler === 'perf'
     ? '`perf record -e cpu-clock -g` of all its threads (250 µs per sample), V8 builtins counted for their JavaScript caller'
