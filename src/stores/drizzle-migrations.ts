@@ -29,4 +29,10 @@ export const PACKAGE_MIGRATIONS: readonly PackageMigration[] = [
     hash: 'a3e8028e79bfb82a4a073e0a8a671fdc7b24ae65987c2c73a25c4482d91a8cbc',
     sql: 'CREATE TABLE "idempotency_steps" (\n\t"id" text NOT NULL,\n\t"seq" integer NOT NULL,\n\t"name" text NOT NULL,\n\t"fingerprint" text NOT NULL,\n\t"body" text NOT NULL,\n\t"expires_at" timestamp with time zone NOT NULL,\n\tCONSTRAINT "idempotency_steps_pkey" PRIMARY KEY("id","seq")\n);\n--> statement-breakpoint\nCREATE INDEX "idempotency_steps_expires_at_idx" ON "idempotency_steps" USING btree ("expires_at");',
   },
+  {
+    tag: '0002_lock_ttl_in_progress_idx',
+    when: 1796202575004,
+    hash: '763eae9989447303e13cda696136eb340377f909f712fd1d9ae29227f04ea51f',
+    sql: 'ALTER TABLE "idempotency_keys" ADD COLUMN "lock_ttl" integer;--> statement-breakpoint\nCREATE INDEX "idempotency_keys_in_progress_idx" ON "idempotency_keys" USING btree ("id") WHERE "idempotency_keys"."state" = \'in_progress\';',
+  },
 ];

@@ -23,10 +23,19 @@ export const idempotencyKeys = pgTable(
     /** The serialized outcome, once finished. */
     body: text('body'),
     expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
+    /** When the claim that holds the row (or that stored its outcome) took it. */
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    /**
+     * While in progress: the lease (ms) its holder asked for at the claim or
+     * the last renewal, so `expires_at - lock_ttl` is when it was last renewed.
+     * Null once finished, and on rows written before migration 0002.
+     */
+    lockTtl: integer('lock_ttl'),
   },
   (t) => [
     index('idempotency_keys_expires_at_idx').on(t.expiresAt),
+    /** The claims in progress, in id order: what the operator's listing of stuck claims pages through. */
+    index('idempotency_keys_in_progress_idx').on(t.id).where(sql`${t.state} = 'in_progress'`),
     check('idempotency_keys_state_check', sql`${t.state} in ('in_progress', 'completed', 'failed')`),
   ],
 );

@@ -47,12 +47,20 @@ export interface Statement<K extends string> {
   readonly params: readonly K[];
 }
 
-function statement<const K extends string>(params: readonly K[], text: string, named = true): Statement<K> {
+/** A statement of `params` and `text`; `named` false for one planned at each call. */
+export function statement<const K extends string>(params: readonly K[], text: string, named = true): Statement<K> {
   // FNV-1a of the text: a changed statement never reuses the name of another on a connection.
   let hash = 0x811c9dc5;
   for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
   return { name: named ? `trpc_idempotency_${(hash >>> 0).toString(36)}` : undefined, text, params };
 }
+
+/**
+ * The lease a claim or renewal asked for, as `lock_ttl` stores it (ms, an
+ * integer column): null when it does not fit, as on rows from before it was
+ * kept. `param` is the statement's lockTtl parameter.
+ */
+const LOCK_TTL = (param: string): string => `case when ${param}::float8 <= 2147483647 then ${param}::float8::int end`;
 
 /**
  * The claim, in one statement. `live` reads the key's live row (not expired)
@@ -67,7 +75,9 @@ function statement<const K extends string>(params: readonly K[], text: string, n
  * it began (the INSERT waited for it and found it live) the row is invisible
  * and nothing is found: the caller then runs it again.
  *
- * A claim that takes the row also reads the steps recorded under its id
+ * A claim that takes the row sets `created_at` to its time (a token's own
+ * claim sent again keeps it) and `lock_ttl` to its lease (the operator's
+ * view, see drizzle-admin.ts); it also reads the steps recorded under its id
  * (`idempotency_steps`), as a JSON array of [name, body, fingerprint], in order.
  *
  * $1 id, $2 fingerprint, $3 token, $4 lockTtl (ms),
@@ -80,13 +90,15 @@ export const CLAIM = statement(
       select state, fingerprint, token, body from idempotency_keys
        where id = $1 and expires_at > statement_timestamp()
     ), claimed as (
-      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-      select $1, 'in_progress', $2, $3, null, statement_timestamp() + ($4::float8 * interval '1 millisecond'), statement_timestamp()
+      insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at, lock_ttl)
+      select $1, 'in_progress', $2, $3, null, statement_timestamp() + ($4::float8 * interval '1 millisecond'), statement_timestamp(),
+             ${LOCK_TTL('$4')}
        where statement_timestamp() <= $5::timestamptz
          and not exists (select from live where not (live.token = $3 and live.state = 'in_progress'))
       on conflict (id) do update
         set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
-            expires_at = excluded.expires_at, created_at = excluded.created_at
+            expires_at = excluded.expires_at, lock_ttl = excluded.lock_ttl,
+            created_at = case when k.expires_at <= statement_timestamp() then excluded.created_at else k.created_at end
         where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
       returning 1
     )
@@ -106,6 +118,8 @@ export const CLAIM = statement(
  * or expired (purged, or expired with no one taking it over): no one else
  * holds or ran it. Another live claim or outcome wins. The token stays on
  * the row, so a completion sent twice by the same holder succeeds again.
+ * An outcome has no lease: `lock_ttl` is null. `created_at` stays the time of
+ * the token's claim; a row taken from another (expired) gets the completion's.
  *
  * $1 id, $2 state ('completed' | 'failed'), $3 fingerprint, $4 token,
  * $5 body (encoded, see encodeBody), $6 ttl (ms).
@@ -113,11 +127,12 @@ export const CLAIM = statement(
 export const COMPLETE = statement(
   ['id', 'state', 'fingerprint', 'token', 'body', 'ttl'],
   `
-    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at)
-    values ($1, $2, $3, $4, $5, statement_timestamp() + ($6::float8 * interval '1 millisecond'), statement_timestamp())
+    insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at, lock_ttl)
+    values ($1, $2, $3, $4, $5, statement_timestamp() + ($6::float8 * interval '1 millisecond'), statement_timestamp(), null)
     on conflict (id) do update
       set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
-          expires_at = excluded.expires_at
+          expires_at = excluded.expires_at, lock_ttl = null,
+          created_at = case when k.token = $4 then k.created_at else excluded.created_at end
       where k.token = $4 or k.expires_at <= statement_timestamp()
     returning 1`,
 );
@@ -184,11 +199,12 @@ export const RELEASE = statement(
     returning 1`,
 );
 
-/** Renews the token's live claim. $1 id, $2 token, $3 lockTtl (ms). */
+/** Renews the token's live claim, and records its new lease. $1 id, $2 token, $3 lockTtl (ms). */
 export const EXTEND = statement(
   ['id', 'token', 'lockTtl'],
   `
-    update idempotency_keys set expires_at = statement_timestamp() + ($3::float8 * interval '1 millisecond')
+    update idempotency_keys
+       set expires_at = statement_timestamp() + ($3::float8 * interval '1 millisecond'), lock_ttl = ${LOCK_TTL('$3')}
      where id = $1 and token = $2 and state = 'in_progress' and expires_at > statement_timestamp()
     returning 1`,
 );

@@ -15,6 +15,8 @@ import type {
   SaveStepResult,
   StoreTransaction,
 } from '../core/store.js';
+import type { StoreAdmin } from '../core/store-admin.js';
+import { drizzleAdmin } from './drizzle-admin.js';
 import { isConflict, isPreparedStatementMiss, sanitize } from './drizzle-errors.js';
 import {
   CLAIM,
@@ -73,6 +75,12 @@ export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStor
   transactionOf(ctx?: object): TransactionOf<TDb>;
   /** Deletes expired rows, then expired steps, in batches, and returns how many went. Schedule it (see the docs). */
   purgeExpired(options?: PurgeOptions): Promise<number>;
+  /**
+   * The operator API (see `idempotencyAdmin`): one statement per call, a
+   * listing paged by id (the claims in progress through their partial index).
+   * `waiting` is never known: the table does not track waiters.
+   */
+  readonly admin: StoreAdmin;
 }
 
 // A claim that is neither taken nor finds a row has met a race whose winner
@@ -166,8 +174,11 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     return row === undefined || row.state === 'in_progress' ? 'held' : 'finished';
   };
 
+  const admin = drizzleAdmin((query, values) => run(db, query, values));
+
   return {
     name: 'postgresql',
+    admin,
     async claim(input: ClaimInput): Promise<ClaimResult> {
       const { id, fingerprint, token, lockTtl, deadline } = input;
       const values = {

@@ -97,7 +97,11 @@ async function expectMigrated(fresh: Fresh, migrationsFolder = MIGRATIONS): Prom
     `select indexname from pg_indexes where schemaname = $1 and tablename = 'idempotency_keys' order by indexname`,
     [fresh.schema],
   );
-  expect(indexes.map((r) => r.indexname)).toEqual(['idempotency_keys_expires_at_idx', 'idempotency_keys_pkey']);
+  expect(indexes.map((r) => r.indexname)).toEqual([
+    'idempotency_keys_expires_at_idx',
+    'idempotency_keys_in_progress_idx',
+    'idempotency_keys_pkey',
+  ]);
   const store = drizzleStore({ db: drizzlePg(fresh.pool()) });
   expect(await store.claim({ id: 'after-migration', fingerprint: 'fp', token: 't', lockTtl: 10_000 })).toMatchObject({
     state: 'acquired',
@@ -215,6 +219,60 @@ describe(`${REPLICAS} replicas migrating one fresh database at the same moment`,
   });
 });
 
+describe('a database of the previous version (migrated up to 0001_idempotency_steps), upgraded', () => {
+  it('gets 0002 (lock_ttl, the index of claims in progress) once, with replicas at the same moment; its rows stay, without a lease', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'idem-migrations-0001-'));
+    const fresh = await new Fresh().create();
+    try {
+      // The previous version's drizzle/: the same files, its journal ending at 0001.
+      cpSync(MIGRATIONS, folder, { recursive: true });
+      const journalPath = join(folder, 'meta', '_journal.json');
+      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: { tag: string }[] };
+      journal.entries.splice(2);
+      expect(journal.entries.map((e) => e.tag)).toEqual(['0000_idempotency_keys', '0001_idempotency_steps']);
+      writeFileSync(journalPath, JSON.stringify(journal));
+      await drizzleMigratePg(drizzlePg(fresh.pool()), { migrationsFolder: folder, ...fresh.options() });
+      expect(await fresh.journalRows()).toHaveLength(2);
+      // Rows the previous version wrote: a claim in progress and an outcome.
+      await admin(
+        `insert into "${fresh.schema}".idempotency_keys (id, state, fingerprint, token, body, expires_at, created_at) values
+           (':op:held', 'in_progress', 'fp', 'old', null, now() + interval '1 minute', now() - interval '1 second'),
+           (':op:done', 'completed', 'fp', 'old', '"r"', now() + interval '1 minute', now() - interval '2 seconds')`,
+      );
+
+      const pools = Array.from({ length: REPLICAS }, () => fresh.pool());
+      const results = await together(pools, (pool) => migrateIdempotencyKeys(drizzlePg(pool), fresh.options()));
+      expect(results.map((r) => r.applied).sort((a, b) => a - b)).toEqual([...Array(REPLICAS - 1).fill(0), 1]);
+      await expectMigrated(fresh);
+
+      const rows = await admin(
+        `select id, lock_ttl from "${fresh.schema}".idempotency_keys where id like ':op:%' order by id`,
+      );
+      expect(rows).toEqual([
+        { id: ':op:done', lock_ttl: null },
+        { id: ':op:held', lock_ttl: null },
+      ]);
+      const store = drizzleStore({ db: drizzlePg(fresh.pool()) });
+      const held = await store.admin.inspect({ id: ':op:held' });
+      expect(held).toMatchObject({ state: 'in_progress', token: 'old', fingerprint: 'fp' });
+      expect(held.lockTtl).toBeUndefined();
+      expect(held.claimedAt).toBeLessThan(held.time);
+      expect(await store.admin.inspect({ id: ':op:done', body: true })).toMatchObject({
+        state: 'completed',
+        bytes: 3,
+        body: '"r"',
+      });
+      expect(await store.claim({ id: ':op:done', fingerprint: 'fp', token: 'new', lockTtl: 1_000 })).toMatchObject({
+        state: 'completed',
+        body: '"r"',
+      });
+    } finally {
+      await fresh.drop();
+      rmSync(folder, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
 describe('a database migrated earlier by drizzle-orm’s migrator', () => {
   it('is recognised: nothing is applied, nothing fails, also with replicas at the same moment', async () => {
     const fresh = await new Fresh().create();
@@ -309,7 +367,7 @@ describe('a journal that holds what is not this package’s migrations', () => {
       for (const options of [{}, { migrationsFolder: MIGRATIONS }]) {
         const message = await refused(fresh, options);
         expect(message).toMatch(
-          /holds 1 entry that is not one of trpc-idempotency's migrations: id 1 \(created_at 1900000000000, hash app-hash\.\.\.\); this package's 0000_idempotency_keys, 0001_idempotency_steps are not recorded\. Nothing was applied\./,
+          /holds 1 entry that is not one of trpc-idempotency's migrations: id 1 \(created_at 1900000000000, hash app-hash\.\.\.\); this package's 0000_idempotency_keys, 0001_idempotency_steps, 0002_lock_ttl_in_progress_idx are not recorded\. Nothing was applied\./,
         );
         expect(message).toContain(`delete from "${fresh.journal}"."${MIGRATIONS_TABLE}" where id in (1)`);
       }
@@ -367,13 +425,25 @@ describe('a journal that holds what is not this package’s migrations', () => {
   it('a migration recorded by its `when` under another hash (Drizzle’s migrator identifies it so) is this package’s', async () => {
     const fresh = await withJournal([[`crlf-${PACKAGE[0]!.hash}`, PACKAGE[0]!.folderMillis]]);
     try {
+      // What 0000 created, as that migrator applied it (later migrations alter its table).
+      for (const statement of readFileSync(join(MIGRATIONS, '0000_idempotency_keys.sql'), 'utf8').split(
+        '--> statement-breakpoint',
+      )) {
+        await admin(`set search_path to "${fresh.schema}"; ${statement}`);
+      }
       expect(await migrateIdempotencyKeys(drizzlePg(fresh.pool()), fresh.options())).toEqual({
         applied: MIGRATIONS_COUNT - 1,
       });
-      // 0000 is taken as applied: only 0001's table is created.
+      // 0000 is taken as applied (its table is not created again: that would fail); the later ones are applied.
       expect(
         await admin(`select tablename from pg_tables where schemaname = $1 order by tablename`, [fresh.schema]),
-      ).toEqual([{ tablename: 'idempotency_steps' }]);
+      ).toEqual([{ tablename: 'idempotency_keys' }, { tablename: 'idempotency_steps' }]);
+      expect(
+        await admin(
+          `select 1 from information_schema.columns where table_schema = $1 and table_name = 'idempotency_keys' and column_name = 'lock_ttl'`,
+          [fresh.schema],
+        ),
+      ).toHaveLength(1);
     } finally {
       await fresh.drop();
     }
@@ -407,7 +477,7 @@ describe('migrationsFolder', () => {
     [
       'an application’s folder',
       () => fileURLToPath(new URL('../../example-app/drizzle', import.meta.url)),
-      /is not trpc-idempotency's migrations folder, or not of this version: its entry 0 is 0000_ledger, where this package has 0000_idempotency_keys\. `migrationsFolder` must begin with this version's migrations \(0000_idempotency_keys, 0001_idempotency_steps\), unchanged/,
+      /is not trpc-idempotency's migrations folder, or not of this version: its entry 0 is 0000_ledger, where this package has 0000_idempotency_keys\. `migrationsFolder` must begin with this version's migrations \(0000_idempotency_keys, 0001_idempotency_steps, 0002_lock_ttl_in_progress_idx\), unchanged/,
     ],
     [
       'an older version’s folder',
