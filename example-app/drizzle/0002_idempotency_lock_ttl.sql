@@ -1,0 +1,2 @@
+ALTER TABLE "idempotency_keys" ADD COLUMN "lock_ttl" integer;--> statement-breakpoint
+CREATE INDEX "idempotency_keys_in_progress_idx" ON "idempotency_keys" USING btree ("id") WHERE "idempotency_keys"."state" = 'in_progress';
