@@ -11,6 +11,10 @@ import { createHash } from 'node:crypto';
  *      completion re-sent by the same holder is recognised)
  *   b  serialized outcome (only once finished)
  *   w  '1' if a request waits for this claim to settle (only while in progress)
+ *   c  when the claim that holds the record (or stored its outcome) took it: ms, Redis's
+ *      clock (kept once finished; absent on records of versions before it)
+ *   l  the lockTtl of the claim's last take or renewal (only while in progress):
+ *      with the TTL, when it was last renewed. Both are for operators (redis-admin.ts).
  * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
  *
  * The steps an operation recorded (see SAVE_STEP) are a second hash beside it,
@@ -74,6 +78,8 @@ end
  * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
  * A claim that takes the record gets its recorded steps too: {'a', time, steps hash as a flat list}.
  * With the fence, a claim of an absent record while the fence is up takes nothing: {'r', time, reopen}.
+ * Taking the record sets its claim time `c` (now) and `l` (lockTtl); this token's claim sent again
+ * keeps its `c`.
  * A waiting claim (ARGV[4] '1') of another's in-progress record with its fingerprint (one with another
  * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
  * claim, however many waiters poll it and however often.
@@ -96,7 +102,11 @@ if KEYS[3] and not rec[1] then
   local reopen = fenced(KEYS[3], now, tonumber(ARGV[3]))
   if reopen then return {'r', now, reopen} end
 end
-redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
+if rec[1] then
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'l', ARGV[3])
+else
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[3])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local steps = redis.call('HGETALL', KEYS[2])
 if #steps > 0 then return {'a', now, steps} end
@@ -114,6 +124,7 @@ return {'a', now}
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
  * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
  * With the fence, a completion that finds the record and the marker gone raises the fence.
+ * The claim's time `c` stays; its lease `l` and the waiter flag go.
  */
 const complete = (fence: string) =>
   script(`${fence}
@@ -124,7 +135,7 @@ if rec[1] then
     return 0
   end
   if rec[1] ~= 'p' then return 1 end
-  if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
+  redis.call('HDEL', KEYS[1], 'l', 'w')
 ${fence === '' ? '' : 'else\n  fenced(KEYS[2], clock(), 0)\n'}end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -151,19 +162,25 @@ return 1
 /**
  * KEYS[1] record key, KEYS[2] the fence marker (only with `restartFence`)
  * ARGV[1] token, ARGV[2] lockTtl (ms), ARGV[3] fingerprint
- * Returns 1 if renewed, 0 if the token no longer holds the claim.
+ * Returns 1 if renewed, 0 if the token no longer holds the claim. A renewal records its lockTtl (`l`),
+ * written only when it differs from the last one (a renewal with the same lockTtl writes nothing but
+ * the TTL, as before `l` existed).
  * With the fence, a renewal that finds the record gone while the fence is up (or raises it)
- * recreates the claim: Redis lost it, and no one else can have taken it in the meantime.
+ * recreates the claim: Redis lost it, and no one else can have taken it in the meantime. The
+ * recreated claim's time `c` is now (the first was lost with the record).
  */
 const extend = (fence: string) =>
   script(`${fence}
-local rec = redis.call('HMGET', KEYS[1], 's', 't')
+local rec = redis.call('HMGET', KEYS[1], 's', 't', 'l')
 if rec[1] == 'p' and rec[2] == ARGV[1] then
+  if rec[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'l', ARGV[2]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-if rec[1] or not KEYS[2] or not fenced(KEYS[2], clock(), tonumber(ARGV[2])) then return 0 end
-redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[3], 't', ARGV[1])
+if rec[1] or not KEYS[2] then return 0 end
+local now = clock()
+if not fenced(KEYS[2], now, tonumber(ARGV[2])) then return 0 end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[3], 't', ARGV[1], 'c', now, 'l', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `);
@@ -176,7 +193,7 @@ return 1
  * Returns 1 if stored (or already there under the same name: a save sent twice), 0 if the token no
  * longer holds the claim, 2 if the recorded steps do not end right before it.
  * With the fence, a save that finds the record gone while the fence is up recreates the claim, as
- * EXTEND does. The steps recorded before the loss are gone with it: a step after them is not
+ * EXTEND does (with `c` and `l`). The steps recorded before the loss are gone with it: a step after them is not
  * recorded (1 all the same: the run goes on, and only a retry after a crash of this holder too
  * would run those steps again).
  */
@@ -186,8 +203,10 @@ local rec = redis.call('HMGET', KEYS[1], 's', 't')
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local i = tonumber(ARGV[3])
 if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then
-  if rec[1] or not KEYS[3] or not fenced(KEYS[3], clock(), tonumber(ARGV[7])) then return 0 end
-  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1])
+  if rec[1] or not KEYS[3] then return 0 end
+  local now = clock()
+  if not fenced(KEYS[3], now, tonumber(ARGV[7])) then return 0 end
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[7])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   if i > n then return 1 end
 end
@@ -232,3 +251,85 @@ export const FENCED: RedisScripts = {
 };
 
 export const { CLAIM, COMPLETE, RELEASE, EXTEND, SAVE_STEP } = UNFENCED;
+
+// The operator's scripts (redis-admin.ts): reads, and a delete of a record as the operator saw
+// it. None of them touches the restart fence's marker, with the fence or without.
+
+/** The part of a record an operator reads: Redis's clock, the fields, the TTL and the outcome's size. */
+const SUMMARY_LUA = `
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'c', 'l', 'w')
+if not rec[1] then return {now} end
+return {now, rec, redis.call('PTTL', KEYS[1]), redis.call('HSTRLEN', KEYS[1], 'b')}
+`;
+
+/**
+ * KEYS[1] record key
+ * Returns {time} when there is no record, else {time, {s, f, t, c, l, w}, pttl, outcome bytes}.
+ */
+const summary = () => script(SUMMARY_LUA);
+
+/**
+ * KEYS[1] record key, KEYS[2] its steps key
+ * ARGV[1] '1' to read the outcome too
+ * Returns {time, record, steps, steps pttl, body}: record as SUMMARY answers it after its time
+ * ({} when absent), steps a flat list of each step's name and result bytes, body nil unless asked.
+ */
+const inspect = () =>
+  script(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local rec = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'c', 'l', 'w')
+local record = {}
+local body = false
+if rec[1] then
+  record = {rec, redis.call('PTTL', KEYS[1]), redis.call('HSTRLEN', KEYS[1], 'b')}
+  if ARGV[1] == '1' then body = redis.call('HGET', KEYS[1], 'b') end
+end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+local steps = {}
+for i = 0, n - 1 do
+  steps[#steps + 1] = redis.call('HGET', KEYS[2], 'k' .. i) or ''
+  steps[#steps + 1] = redis.call('HSTRLEN', KEYS[2], 'b' .. i)
+end
+local stepsTtl = -2
+if n > 0 then stepsTtl = redis.call('PTTL', KEYS[2]) end
+return {now, record, steps, stepsTtl, body}
+`);
+
+/**
+ * KEYS[1] record key, KEYS[2] its steps key (only when they go too)
+ * ARGV[1] the state the operator saw ('a' absent, 'p', 'c', 'f'), ARGV[2] its token,
+ * ARGV[3] notify channel, ARGV[4] notify message (as for RELEASE)
+ * Deletes the record if it is still in that state with that token (absent: deletes nothing but
+ * the steps), and the steps with KEYS[2]. A deleted record is published on the settled channel, as
+ * a release publishes it, whether or not a waiter flagged it (`w`): an operator's delete is rare,
+ * and a listener that subscribed without claiming is told too. Returns 1 if something was
+ * deleted, else 0.
+ */
+const forget = () =>
+  script(`
+local rec = redis.call('HMGET', KEYS[1], 's', 't')
+local deleted = 0
+if ARGV[1] == 'a' then
+  if rec[1] then return 0 end
+else
+  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] then return 0 end
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  deleted = 1
+end
+if KEYS[2] then deleted = deleted + redis.call('DEL', KEYS[2]) end
+if deleted > 0 then return 1 end
+return 0
+`);
+
+export interface RedisAdminScripts {
+  readonly SUMMARY: RedisScript;
+  readonly INSPECT: RedisScript;
+  readonly FORGET: RedisScript;
+}
+
+/** The operator's scripts, the same with the restart fence or without. */
+export const ADMIN: RedisAdminScripts = { SUMMARY: summary(), INSPECT: inspect(), FORGET: forget() };

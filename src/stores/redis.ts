@@ -11,6 +11,8 @@ import type {
   SaveStepInput,
   SaveStepResult,
 } from '../core/store.js';
+import type { StoreAdmin } from '../core/store-admin.js';
+import { redisAdmin } from './redis-admin.js';
 import { connectionOf, type RedisClient } from './redis-client.js';
 import { fenceMarkers } from './redis-fence.js';
 import { settledNotifications } from './redis-notifications.js';
@@ -68,6 +70,8 @@ export interface RedisStore extends IdempotencyStore {
    * claims on a new Redis wait one lockTtl.
    */
   initialize(): Promise<{ written: number }>;
+  /** The operator's reads and deletes (inspect, list by SCAN, forget): see redis-admin.ts. */
+  readonly admin: StoreAdmin;
 }
 
 const STATES = { c: 'completed', f: 'failed' } as const;
@@ -146,6 +150,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   return {
     name: 'redis',
     keyOf,
+    admin: redisAdmin({ client, connection, prefix, channel }),
 
     async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
       const args = [

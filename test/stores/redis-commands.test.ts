@@ -58,8 +58,8 @@ describe('Redis commands per request', () => {
     expect(first.sent).toBe(2);
     // TIME: a claim that takes the record checks its deadline by Redis's clock;
     // HGETALL: it reads the steps recorded under the key, inside the same script.
-    // No HDEL: no one waited, so there is no waiter flag to remove.
-    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hgetall: 1 });
+    // HDEL: the completion drops the claim's lease `l` (and the waiter flag, in the same command).
+    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hgetall: 1, hdel: 1 });
     expect(replay.sent).toBe(1);
     expect(replay.all).toEqual({ evalsha: 1, hmget: 1 });
     expect(rejection.sent).toBe(1);
@@ -76,7 +76,13 @@ describe('Redis commands per request', () => {
       store.complete({ id, fingerprint: 'fp', token: 'holder', state: 'completed', body: 'b', ttl: 10_000 }),
     );
     expect(completion.all).toEqual({ evalsha: 1, hmget: 1, hdel: 1, hset: 1, pexpire: 1, publish: 1 });
-    expect(await client.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 'holder' });
+    expect(await client.hgetall(store.keyOf(id))).toEqual({
+      s: 'c',
+      f: 'fp',
+      b: 'b',
+      t: 'holder',
+      c: expect.stringMatching(/^\d{13}$/),
+    });
   });
 
   it('a step costs one script call; an operation that uses none costs nothing more', async () => {

@@ -122,7 +122,13 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     expect(await setup.client.hgetall(fenced.keyOf(held))).toEqual({});
 
     expect(await fenced.extend({ id: held, token: 'holder', lockTtl: LOCK, fingerprint: 'fp' })).toBe(true);
-    expect(await setup.client.hgetall(fenced.keyOf(held))).toEqual({ s: 'p', f: 'fp', t: 'holder' });
+    expect(await setup.client.hgetall(fenced.keyOf(held))).toEqual({
+      s: 'p',
+      f: 'fp',
+      t: 'holder',
+      c: expect.stringMatching(/^\d{13}$/),
+      l: String(LOCK),
+    });
     expect(await claim(fenced, held, 'retry')).toEqual({ state: 'in_progress', fingerprint: 'fp' });
     expect(
       await fenced.complete({
@@ -187,11 +193,23 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     await forget([first, later]);
 
     expect(await save(first, 0)).toBe('stored');
-    expect(await setup.client.hgetall(fenced.keyOf(first))).toEqual({ s: 'p', f: 'fp', t: 'holder' });
+    expect(await setup.client.hgetall(fenced.keyOf(first))).toEqual({
+      s: 'p',
+      f: 'fp',
+      t: 'holder',
+      c: expect.stringMatching(/^\d{13}$/),
+      l: String(LOCK),
+    });
     expect(await setup.client.hgetall(`${fenced.keyOf(first)}:steps`)).toEqual({ f: 'fp', n: '1', k0: 's0', b0: '0' });
 
     expect(await save(later, 1)).toBe('stored'); // step 0 was lost: step 1 has no place to go
-    expect(await setup.client.hgetall(fenced.keyOf(later))).toEqual({ s: 'p', f: 'fp', t: 'holder' });
+    expect(await setup.client.hgetall(fenced.keyOf(later))).toEqual({
+      s: 'p',
+      f: 'fp',
+      t: 'holder',
+      c: expect.stringMatching(/^\d{13}$/),
+      l: String(LOCK),
+    });
     expect(await setup.client.exists(`${fenced.keyOf(later)}:steps`)).toBe(0);
   });
 

@@ -45,19 +45,32 @@ describe('redis store specifics', () => {
     expect(
       await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 }),
     ).toBe('stored');
-    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: 'b', t: 't' });
+    // the claim's time `c` stays once finished; its lease `l` goes
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({
+      s: 'c',
+      f: 'fp',
+      b: 'b',
+      t: 't',
+      c: expect.stringMatching(/^\d{13}$/),
+    });
   });
 
   it('keeps one hash per record under a hash tag, with the claim TTL and then the outcome TTL', async () => {
     const store = redisStore({ client: redis, prefix });
     const id = `u1:pay:${Date.now()}`;
     expect(store.keyOf(id)).toBe(`${prefix}{${id}}`);
-    await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
+    const claim = await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
     const claimTtl = await redis.pttl(store.keyOf(id));
     expect(claimTtl).toBeGreaterThan(4_000);
     expect(claimTtl).toBeLessThanOrEqual(5_000);
+    // the claim's time (Redis's clock, as the claim answered it) and its lockTtl, for operators
+    const claimedAt = String(claim.time);
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'p', f: 'fp', t: 't', c: claimedAt, l: '5000' });
+    expect(await store.extend({ id, token: 't', lockTtl: 7_000, fingerprint: 'fp' })).toBe(true);
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'p', f: 'fp', t: 't', c: claimedAt, l: '7000' });
     await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: '{}', ttl: 86_400_000 });
     expect(await redis.pttl(store.keyOf(id))).toBeGreaterThan(86_000_000);
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: '{}', t: 't', c: claimedAt });
   });
 
   it('refuses a client that is neither ioredis nor node-redis, and a prefix with braces', () => {
