@@ -107,6 +107,18 @@ export interface RedisAdminOptions {
  * TIME beside it) on one node, then one script per key found, sent together
  * (one write off a Cluster). None of them changes a record but `forget`, and
  * none touches the restart fence's marker.
+ *
+ * A page's `limit` is SCAN's COUNT: a listing walks the whole keyspace (every
+ * key, the store's or not), about COUNT keys per call (at most 10 x COUNT
+ * buckets of Redis's table), and Redis answers those that MATCH, so a filter
+ * by name can answer few or none with a cursor to go on, and Redis can answer
+ * a few more than COUNT. `examined` counts the keys SCAN answered (the
+ * records under the prefix, and the name's when one is given), not those MATCH
+ * left out. A record is answered at least once if it lives the whole listing,
+ * and can be answered twice across pages if Redis resized its table meanwhile
+ * (SCAN's guarantees); on a Cluster the masters are walked in the order of
+ * their addresses, so a failover or a resharding during a listing can skip or
+ * repeat records.
  */
 export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOptions): StoreAdmin {
   // Reads, and a delete an operator asks for: no WAIT for replicas.
