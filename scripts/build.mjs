@@ -1,7 +1,7 @@
 // npm run build: dist/ (ESM, as the source is) and dist/cjs/ (CommonJS), each with declarations.
 // Both are plain `tsc`; this script runs them and makes dist/cjs a CommonJS package scope.
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const tsc = join('node_modules', '.bin', 'tsc');
@@ -19,3 +19,8 @@ for (const entry of readdirSync('dist/cjs', { recursive: true, withFileTypes: tr
   const file = join(entry.parentPath, entry.name);
   if (readFileSync(file, 'utf8').includes('import.meta')) throw new Error(`${file}: import.meta in the CommonJS build`);
 }
+
+// The package's bin (`npx trpc-idempotency`): run by its shebang, so executable here too (npm makes it so on install).
+const bin = 'dist/cli.js';
+if (!readFileSync(bin, 'utf8').startsWith('#!/usr/bin/env node\n')) throw new Error(`${bin}: the shebang is missing`);
+chmodSync(bin, 0o755);

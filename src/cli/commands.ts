@@ -1,0 +1,219 @@
+/**
+ * The CLI's commands, on `idempotencyAdmin` and the stores' own methods:
+ * each checks its flags (usage errors before any connection), connects,
+ * answers in words or, with `--json`, as one JSON document on stdout, closes
+ * the connection, and returns its exit code.
+ */
+import { type IdempotencyAdmin, idempotencyAdmin, type RecordRef } from '../core/admin.js';
+import type { IdempotencyEvent } from '../core/events.js';
+import { type CommandName, parseCount, parseDuration, type Values } from './args.js';
+import {
+  type Connection,
+  connectPostgres,
+  connectRedis,
+  type PostgresConnection,
+  type RedisTarget,
+  type Target,
+  targetOf,
+} from './connect.js';
+import { EXIT, type ExitCode, usageError } from './exit-codes.js';
+import { recordLines, releaseLines, statsLines, stuckLines } from './format.js';
+
+/** Where the CLI writes: stdout for the answer, stderr for messages and events. */
+export interface Io {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+const str = (v: Values[string]): string | undefined => (typeof v === 'string' ? v : undefined);
+
+/** The record the flags name. @throws CliError (exit 2). */
+export function recordRef(command: string, values: Values): RecordRef & { scope?: string; key?: string } {
+  const [scope, procedure, key, id] = [str(values.scope), str(values.procedure), str(values.key), str(values.id)];
+  if (id !== undefined) {
+    if (scope !== undefined || procedure !== undefined || key !== undefined) {
+      throw usageError(`${command}: name the record by --id, or by --procedure and --key (and --scope), not both.`);
+    }
+    if (id === '') throw usageError(`${command}: --id is empty.`);
+    return { id };
+  }
+  const missing = [procedure === undefined && '--procedure P', key === undefined && '--key K'].filter(Boolean);
+  if (missing.length > 0) {
+    throw usageError(
+      `${command}: missing ${missing.join(' and ')}: name the record with --procedure P --key K (and --scope S when the procedure has a scope), or --id ID.`,
+    );
+  }
+  return scope === undefined ? { procedure: procedure!, key: key! } : { scope, procedure: procedure!, key: key! };
+}
+
+const connect = (target: Target, table = true): Promise<Connection> =>
+  target.kind === 'redis' ? connectRedis(target) : connectPostgres(target, table);
+
+/** Runs `fn` on a connection to `target`, closed whatever happens. */
+async function withStore<T>(target: Target, fn: (conn: Connection) => Promise<T>): Promise<T> {
+  const conn = await connect(target);
+  try {
+    return await fn(conn);
+  } finally {
+    await conn.close();
+  }
+}
+
+const print = (io: Io, json: boolean, doc: unknown, lines: () => string[]) =>
+  io.stdout(json ? JSON.stringify(doc, null, 2) : lines().join('\n'));
+
+/**
+ * The store's clock now, as a difference from ours: listings give times in
+ * the store's clock, and relative times ("claimed 4m ago") are read against it.
+ */
+async function clockSkew(admin: IdempotencyAdmin): Promise<number> {
+  const before = Date.now();
+  const { time } = await admin.inspect({ id: 'trpc-idempotency-cli:clock:' });
+  return time - (before + Date.now()) / 2;
+}
+
+type Command = (values: Values, io: Io) => Promise<ExitCode>;
+
+const inspect: Command = async (values, io) => {
+  const ref = recordRef('inspect', values);
+  const target = targetOf('inspect', values);
+  const json = values.json === true;
+  return withStore(target, async ({ store }) => {
+    const rec = await idempotencyAdmin({ store }).inspect(ref, { body: values.body === true });
+    print(io, json, rec, () => recordLines(rec, ref));
+    return rec.state === 'absent' ? EXIT.absent : EXIT.ok;
+  });
+};
+
+const release: Command = async (values, io) => {
+  const ref = recordRef('release', values);
+  const target = targetOf('release', values);
+  const json = values.json === true;
+  const [confirm, force, steps] = [values.confirm === true, values.force === true, values.steps === true];
+  return withStore(target, async ({ store }) => {
+    const events: IdempotencyEvent[] = [];
+    const admin = idempotencyAdmin({
+      store,
+      onEvent: (event) => {
+        events.push(event);
+        io.stderr(JSON.stringify(event));
+      },
+    });
+    const result = await admin.release(ref, { confirm, force, steps });
+    const doc = events[0] === undefined ? result : { ...result, event: events[0] };
+    print(io, json, doc, () => [...recordLines(result.record, ref), '', ...releaseLines(result, steps)]);
+    if (result.done) return EXIT.ok;
+    return { absent: EXIT.absent, unconfirmed: EXIT.refused, live: EXIT.refused, changed: EXIT.changed }[result.reason];
+  });
+};
+
+const stuck: Command = async (values, io) => {
+  const olderThan = parseDuration('older-than', str(values['older-than']) ?? '5m');
+  const max = values.max === undefined ? undefined : parseCount('max', str(values.max)!);
+  const procedure = str(values.procedure);
+  const target = targetOf('stuck', values);
+  const json = values.json === true;
+  return withStore(target, async ({ store }) => {
+    const admin = idempotencyAdmin({ store });
+    const skew = json ? 0 : await clockSkew(admin);
+    const result = await admin.stuck({ olderThan, procedure, max });
+    const doc = { ...result, olderThan };
+    print(io, json, doc, () => stuckLines(doc, Date.now() + skew));
+    return EXIT.ok;
+  });
+};
+
+const stats: Command = async (values, io) => {
+  const max = values.max === undefined ? undefined : parseCount('max', str(values.max)!);
+  const procedure = str(values.procedure);
+  const target = targetOf('stats', values);
+  const json = values.json === true;
+  return withStore(target, async ({ store }) => {
+    const result = await idempotencyAdmin({ store }).stats({ procedure, max });
+    print(io, json, result, () => statsLines(result));
+    return EXIT.ok;
+  });
+};
+
+const migrate: Command = async (values, io) => {
+  const target = targetOf('migrate', values, 'postgresql');
+  if (target.kind !== 'postgresql') throw usageError('migrate is for PostgreSQL: pass --database-url URL.');
+  const migrationsSchema = str(values['migrations-schema']);
+  const migrationsTable = str(values['migrations-table']);
+  const json = values.json === true;
+  const conn = (await connectPostgres(target, false)) as PostgresConnection;
+  try {
+    const [{ migrateIdempotencyKeys }, { PACKAGE_MIGRATIONS }] = await Promise.all([
+      import('../stores/drizzle-migrate.js'),
+      import('../stores/drizzle-migrations.js'),
+    ]);
+    const options = {
+      ...(migrationsSchema === undefined ? {} : { migrationsSchema }),
+      ...(migrationsTable === undefined ? {} : { migrationsTable }),
+    };
+    const { applied } = await migrateIdempotencyKeys(conn.db as Parameters<typeof migrateIdempotencyKeys>[0], options);
+    const [row] = await conn.query("select to_regclass('idempotency_keys')::text as table, current_schema() as schema");
+    const journal = `${migrationsSchema ?? 'drizzle'}.${migrationsTable ?? '__trpc_idempotency_migrations'}`;
+    const tags = PACKAGE_MIGRATIONS.slice(PACKAGE_MIGRATIONS.length - applied).map((m) => m.tag);
+    if (row?.table === null || row?.table === undefined) {
+      io.stderr(
+        `trpc-idempotency: the journal ${journal} records the migrations, but there is no idempotency_keys table on this connection's search_path${target.schema === undefined ? '' : ` (schema ${target.schema})`}: it was migrated for another schema. Give each schema its own journal: --migrations-schema ${target.schema ?? 'S'}.`,
+      );
+      return EXIT.failure;
+    }
+    const doc = { applied, migrations: tags, table: String(row.table), schema: row.schema, journal };
+    print(io, json, doc, () => [
+      applied === 0
+        ? `Up to date: no migration applied (journal ${journal}).`
+        : `Applied ${applied} migration${applied === 1 ? '' : 's'}: ${tags.join(', ')} (journal ${journal}).`,
+      `The table idempotency_keys is in schema ${String(row.schema)}, at ${conn.where}.`,
+    ]);
+    return EXIT.ok;
+  } finally {
+    await conn.close();
+  }
+};
+
+const purge: Command = async (values, io) => {
+  const batchSize =
+    values['batch-size'] === undefined ? undefined : parseCount('batch-size', str(values['batch-size'])!);
+  const maxBatches =
+    values['max-batches'] === undefined ? undefined : parseCount('max-batches', str(values['max-batches'])!);
+  const target = targetOf('purge', values, 'postgresql');
+  if (target.kind !== 'postgresql') throw usageError('purge is for PostgreSQL: pass --database-url URL.');
+  const json = values.json === true;
+  const conn = await connectPostgres(target, true);
+  try {
+    const started = performance.now();
+    const purged = await conn.store.purgeExpired({
+      ...(batchSize === undefined ? {} : { batchSize }),
+      ...(maxBatches === undefined ? {} : { maxBatches }),
+    });
+    const ms = Math.round(performance.now() - started);
+    print(io, json, { purged, ms }, () => [
+      `Purged ${purged} expired row${purged === 1 ? '' : 's'} (records, then steps) in ${ms} ms, at ${conn.where}.`,
+    ]);
+    return EXIT.ok;
+  } finally {
+    await conn.close();
+  }
+};
+
+const initialize: Command = async (values, io) => {
+  const target = targetOf('initialize', values, 'redis') as RedisTarget;
+  const json = values.json === true;
+  const conn = await connectRedis(target, true);
+  try {
+    const { written } = await conn.store.initialize();
+    print(io, json, { written, prefix: target.prefix }, () => [
+      written === 0
+        ? `The restart fence's markers were all there already (prefix ${target.prefix}): nothing written.`
+        : `Wrote ${written} restart fence marker${written === 1 ? '' : 's'} (prefix ${target.prefix}) at ${conn.where}.`,
+    ]);
+    return EXIT.ok;
+  } finally {
+    await conn.close();
+  }
+};
+
+export const RUN: Record<CommandName, Command> = { inspect, release, stuck, stats, migrate, purge, initialize };

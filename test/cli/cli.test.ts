@@ -1,0 +1,536 @@
+/**
+ * `npx trpc-idempotency`, the built CLI run as a child process, against real
+ * stores: Redis (ioredis and node-redis), a 3-master Redis Cluster started for
+ * this file (both clients) and PostgreSQL (a schema of this file's own). The
+ * records are made through the public API (the stores' claim, complete,
+ * saveStep, and the engine for a holder that renews its claim); the CLI reads
+ * and deletes them with the stores' own code. Exit codes, the human output
+ * and the `--json` documents are checked.
+ */
+
+import { randomUUID } from 'node:crypto';
+import { chmodSync, readFileSync } from 'node:fs';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { Cluster } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createIdempotencyEngine, type IdempotencyStore, recordId } from '../../src/core.js';
+import { drizzleStore } from '../../src/drizzle.js';
+import { redisStore } from '../../src/redis.js';
+import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
+import { DATABASE_URL, isolatedSchema, type PgSchema } from '../helpers/postgres.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
+import { type BuiltCli, buildCli, REPO } from './built-cli.js';
+
+let cli: BuiltCli;
+let schema: PgSchema;
+let cluster: PrivateCluster;
+let clusterClient: Cluster;
+const redis = connectRedis();
+const prefix = uniquePrefix('cli');
+
+beforeAll(async () => {
+  [cli, schema, cluster] = await Promise.all([buildCli(), isolatedSchema('cli'), startPrivateCluster(3)]);
+  clusterClient = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
+}, 120_000);
+
+afterAll(async () => {
+  cli?.remove();
+  clusterClient?.disconnect();
+  await deleteByPrefix(redis, prefix);
+  redis.disconnect();
+  await Promise.all([schema?.drop(), cluster?.stop()]);
+});
+
+interface Kind {
+  name: string;
+  /** The CLI's store flags. */
+  flags(): string[];
+  /** The store the records are made with, as the application makes it. */
+  store(): IdempotencyStore;
+  /**
+   * Every test; otherwise (node-redis: the same store and commands, another client for the CLI)
+   * the states and the release of a live claim only.
+   */
+  full: boolean;
+}
+
+const clusterUrls = () => cluster.ports.map((port) => `redis://127.0.0.1:${port}`);
+const KINDS: Kind[] = [
+  {
+    name: 'redis (ioredis)',
+    flags: () => ['--redis', REDIS_URL, '--prefix', prefix],
+    store: () => redisStore({ client: redis, prefix }),
+    full: true,
+  },
+  {
+    name: 'redis (node-redis)',
+    flags: () => ['--redis', REDIS_URL, '--prefix', prefix, '--redis-client', 'node-redis'],
+    store: () => redisStore({ client: redis, prefix }),
+    full: false,
+  },
+  {
+    name: 'redis cluster (ioredis)',
+    // seed nodes as repeated flags and as a comma-separated list
+    flags: () => [
+      '--redis',
+      clusterUrls()[0]!,
+      '--redis',
+      clusterUrls().slice(1).join(','),
+      '--cluster',
+      '--prefix',
+      'cli:',
+    ],
+    store: () => redisStore({ client: clusterClient, prefix: 'cli:' }),
+    full: true,
+  },
+  {
+    name: 'redis cluster (node-redis)',
+    flags: () => ['--redis', clusterUrls().join(','), '--cluster', '--redis-client', 'node-redis', '--prefix', 'cli:'],
+    store: () => redisStore({ client: clusterClient, prefix: 'cli:' }),
+    full: false,
+  },
+  {
+    name: 'postgresql',
+    flags: () => ['--database-url', DATABASE_URL, '--schema', schema.schema],
+    store: () => drizzleStore({ db: schema.db }),
+    full: true,
+  },
+];
+
+type Json = Record<string, any>;
+
+const procedure = () => `cli.op${randomUUID().slice(0, 8)}`;
+
+async function completed(store: IdempotencyStore, id: string, body: string, state: 'completed' | 'failed') {
+  expect((await store.claim({ id, fingerprint: 'fp', token: `t-${id}`, lockTtl: 10_000 })).state).toBe('acquired');
+  expect(await store.complete({ id, fingerprint: 'fp', token: `t-${id}`, state, body, ttl: 600_000 })).toBe('stored');
+}
+
+/** The JSON lines written to stderr (the events). */
+const eventLines = (stderr: string): Json[] =>
+  stderr
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line));
+
+describe.each(KINDS)('on $name', (kind) => {
+  const flags = () => kind.flags();
+
+  it('inspects each state, named as the layer names it or by id, in words and as JSON', async () => {
+    const store = kind.store();
+    const p = procedure();
+    const name = (key: string) => ['--scope', 'u1', '--procedure', p, '--key', key];
+
+    const absent = await cli.json<Json>(['inspect', ...flags(), ...name('k-absent')]);
+    expect(absent.code).toBe(4);
+    expect(absent.doc).toMatchObject({ id: recordId('u1', p, 'k-absent'), state: 'absent', procedure: p, steps: [] });
+    expect(absent.doc.keyHash).toMatch(/^[0-9a-f]{16}$/);
+    const absentText = await cli.run(['inspect', ...flags(), ...name('k-absent')]);
+    expect(absentText.code).toBe(4);
+    expect(absentText.stdout).toContain('absent: no record under this key');
+
+    const body = '{"charge":"ch_é€"}';
+    await completed(store, recordId('u1', p, 'k-done'), body, 'completed');
+    const done = await cli.json<Json>(['inspect', ...flags(), ...name('k-done')]);
+    expect(done.code).toBe(0);
+    expect(done.doc).toMatchObject({ state: 'completed', bytes: Buffer.byteLength(body), fingerprint: 'fp' });
+    expect(done.doc.body).toBeUndefined();
+    expect(done.doc.expiresAt - done.doc.time).toBeGreaterThan(590_000);
+    const doneText = await cli.run(['inspect', ...flags(), ...name('k-done'), '--body']);
+    expect(doneText.code).toBe(0);
+    expect(doneText.stdout).toMatch(/state +completed: a stored result/);
+    expect(doneText.stdout).toMatch(new RegExp(`outcome +${Buffer.byteLength(body)} B`));
+    expect(doneText.stdout).toMatch(/claimed +(\d+ms|\d+\.\ds) ago \(20\d\d-/);
+    expect(doneText.stdout).toContain(`body         ${body}`);
+    expect((await cli.json<Json>(['inspect', ...flags(), ...name('k-done'), '--body'])).doc.body).toBe(body);
+
+    await completed(store, recordId('u1', p, 'k-failed'), '{"code":"BAD_REQUEST"}', 'failed');
+    const failed = await cli.json<Json>(['inspect', ...flags(), ...name('k-failed')]);
+    expect(failed.code).toBe(0);
+    expect(failed.doc).toMatchObject({ state: 'failed', bytes: 22 });
+
+    const held = recordId('u1', p, 'k-held');
+    await store.claim({ id: held, fingerprint: 'fp', token: 'attempt-1', lockTtl: 60_000 });
+    const step = { id: held, token: 'attempt-1', fingerprint: 'fp', ttl: 600_000, lockTtl: 60_000 };
+    expect(await store.saveStep!({ ...step, index: 0, name: 'reserve', body: '{"r":1}' })).toBe('stored');
+    expect(await store.saveStep!({ ...step, index: 1, name: 'charge', body: '"é"' })).toBe('stored');
+    const inProgress = await cli.json<Json>(['inspect', ...flags(), '--id', held]);
+    expect(inProgress.code).toBe(0);
+    expect(inProgress.doc).toMatchObject({
+      id: held,
+      state: 'in_progress',
+      token: 'attempt-1',
+      lockTtl: 60_000,
+      live: true,
+      steps: [
+        { name: 'reserve', bytes: 7 },
+        { name: 'charge', bytes: 4 },
+      ],
+    });
+    const heldText = await cli.run(['inspect', ...flags(), ...name('k-held')]);
+    expect(heldText.stdout).toMatch(/state +in_progress/);
+    expect(heldText.stdout).toMatch(/lease +\d+\.\ds left, renewed (\d+ms|\d+\.\ds) ago .*: its holder is alive/);
+    expect(heldText.stdout).toMatch(/steps +2 recorded, expire in 9m \d+s: reserve \(7 B\), charge \(4 B\)/);
+    await store.release({ id: held, token: 'attempt-1' });
+  });
+
+  it('stuck finds a claim its holder keeps renewing; release refuses it without --force, frees it with --force', async () => {
+    const store = kind.store();
+    const p = procedure();
+    const key = randomUUID();
+    const id = recordId('u1', p, key);
+    // a holder that hangs: its engine renews the claim every lockTtl / 3 while the operation waits
+    const engine = createIdempotencyEngine({ store, lockTtl: 30_000 });
+    let finish!: () => void;
+    const hanging = engine
+      .run({ key, name: p, scope: 'u1', payload: { amount: 1 } }, () => new Promise<void>((r) => (finish = r)))
+      .catch((error: unknown) => error);
+    await sleep(1_200);
+
+    const stuck = await cli.json<Json>(['stuck', ...flags(), '--older-than', '1s', '--procedure', p]);
+    expect(stuck.code).toBe(0);
+    expect(stuck.doc.complete).toBe(true);
+    expect(stuck.doc.olderThan).toBe(1_000);
+    expect(stuck.doc.records).toHaveLength(1);
+    expect(stuck.doc.records[0]).toMatchObject({ id, procedure: p, state: 'in_progress', lockTtl: 30_000, live: true });
+    const stuckText = await cli.run(['stuck', ...flags(), '--older-than', '1s', '--procedure', p]);
+    expect(stuckText.stdout).toContain('1 claim in progress taken at least 1.0s ago');
+    expect(stuckText.stdout).toContain(id);
+    expect(stuckText.stdout).toMatch(/claimed \d+\.\ds ago, \d+\.\ds left, renewed .*: its holder is alive/);
+    expect((await cli.json<Json>(['stuck', ...flags(), '--older-than', '1h', '--procedure', p])).doc.records).toEqual(
+      [],
+    );
+
+    const name = ['--scope', 'u1', '--procedure', p, '--key', key];
+    const refused = await cli.json<Json>(['release', ...flags(), ...name]);
+    expect(refused.code).toBe(3);
+    expect(refused.doc).toMatchObject({ done: false, reason: 'live', record: { state: 'in_progress', live: true } });
+    const refusedText = await cli.run(['release', ...flags(), ...name, '--confirm']);
+    expect(refusedText.code).toBe(3);
+    expect(refusedText.stdout).toMatch(/Refused, nothing was deleted: its holder renewed it .* ago/);
+    expect(refusedText.stdout).toContain('the operation runs twice');
+    expect(refusedText.stdout).toContain('--force');
+    expect(eventLines(refusedText.stderr)).toEqual([]);
+
+    const forced = await cli.json<Json>(['release', ...flags(), ...name, '--force']);
+    expect(forced.code).toBe(0);
+    expect(forced.doc).toMatchObject({ done: true, record: { id, state: 'in_progress' } });
+    expect(forced.doc.event).toMatchObject({ result: 'released', reason: 'operator_forced', name: p });
+    expect(eventLines(forced.stderr)).toEqual([forced.doc.event]);
+    expect(forced.doc.event.keyHash).toBe(forced.doc.record.keyHash);
+
+    expect((await cli.run(['inspect', ...flags(), ...name])).code).toBe(4);
+    expect((await store.claim({ id, fingerprint: 'fp', token: 'next', lockTtl: 5_000 })).state).toBe('acquired');
+    finish();
+    await hanging;
+    await store.release({ id, token: 'next' });
+  });
+
+  it.runIf(kind.full)('a claim no longer renewed: a dry run says what it would do, --confirm releases it', async () => {
+    const store = kind.store();
+    const p = procedure();
+    const id = recordId(undefined, p, 'k');
+    // a lease of 9 s, not renewed for more than a third of it: its holder is not running (and the
+    // claim lasts another 5.9 s, for the four commands below)
+    await store.claim({ id, fingerprint: 'fp', token: 'gone', lockTtl: 9_000 });
+    await sleep(3_100);
+
+    const dry = await cli.json<Json>(['release', ...flags(), '--procedure', p, '--key', 'k']);
+    expect(dry.code).toBe(3);
+    expect(dry.doc).toMatchObject({ done: false, reason: 'unconfirmed', record: { live: false } });
+    const dryText = await cli.run(['release', ...flags(), '--procedure', p, '--key', 'k']);
+    expect(dryText.stdout).toContain('Dry run, nothing was deleted: this would release the claim of attempt gone');
+    expect(dryText.stdout).toContain('Run it again with --confirm');
+    expect(dryText.stdout).toMatch(/its holder stopped renewing it/);
+    expect((await cli.run(['inspect', ...flags(), '--id', id])).code).toBe(0);
+
+    const released = await cli.json<Json>(['release', ...flags(), '--id', id, '--confirm']);
+    expect(released.code).toBe(0);
+    expect(released.doc.event).toMatchObject({ result: 'released', reason: 'operator', name: p });
+    expect((await cli.run(['inspect', ...flags(), '--id', id])).code).toBe(4);
+  });
+
+  it.runIf(kind.full)('forgets a stored outcome only with --confirm; an absent record answers 4', async () => {
+    const store = kind.store();
+    const p = procedure();
+    const id = recordId('u9', p, 'k');
+    await completed(store, id, '{"ok":true}', 'completed');
+    const dry = await cli.run(['release', ...flags(), '--id', id]);
+    expect(dry.code).toBe(3);
+    expect(dry.stdout).toContain('this would forget the stored result (11 B)');
+    expect(dry.stdout).toContain('runs the operation again instead of replaying it');
+
+    const done = await cli.json<Json>(['release', ...flags(), '--id', id, '--confirm']);
+    expect(done.code).toBe(0);
+    expect(done.doc.event).toMatchObject({ result: 'forgotten', reason: 'operator', state: 'completed' });
+    const again = await cli.json<Json>(['release', ...flags(), '--id', id, '--confirm']);
+    expect(again.code).toBe(4);
+    expect(again.doc).toMatchObject({ done: false, reason: 'absent' });
+    expect((await store.claim({ id, fingerprint: 'fp', token: 'new', lockTtl: 5_000 })).state).toBe('acquired');
+    await store.release({ id, token: 'new' });
+  });
+
+  it.runIf(kind.full)('--steps deletes the steps an absent record left', async () => {
+    const store = kind.store();
+    const p = procedure();
+    const id = recordId('u1', p, 'k');
+    await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+    await store.saveStep!({
+      id,
+      token: 'a',
+      fingerprint: 'fp',
+      ttl: 600_000,
+      lockTtl: 10_000,
+      index: 0,
+      name: 'reserve',
+      body: '1',
+    });
+    await store.release({ id, token: 'a' });
+
+    const absent = await cli.run(['inspect', ...flags(), '--id', id]);
+    expect(absent.code).toBe(4);
+    expect(absent.stdout).toMatch(/steps +1 recorded, .*reserve \(1 B\)/);
+    const withoutSteps = await cli.run(['release', ...flags(), '--id', id, '--confirm']);
+    expect(withoutSteps.code).toBe(4);
+    expect(withoutSteps.stdout).toContain('--steps deletes them');
+    const deleted = await cli.json<Json>(['release', ...flags(), '--id', id, '--confirm', '--steps']);
+    expect(deleted.code).toBe(0);
+    expect(deleted.doc.event).toMatchObject({ result: 'forgotten', reason: 'operator' });
+    expect((await cli.json<Json>(['inspect', ...flags(), '--id', id])).doc.steps).toEqual([]);
+  });
+
+  it.runIf(kind.full)('stats counts records by state and by procedure, within --max', async () => {
+    const store = kind.store();
+    const p = procedure();
+    await completed(store, recordId(undefined, p, 'a'), '1', 'completed');
+    await completed(store, recordId(undefined, p, 'b'), '2', 'completed');
+    await completed(store, recordId(undefined, p, 'c'), '3', 'failed');
+    await store.claim({ id: recordId(undefined, p, 'd'), fingerprint: 'fp', token: 'd', lockTtl: 10_000 });
+    const counts = { in_progress: 1, completed: 2, failed: 1 };
+    const stats = await cli.json<Json>(['stats', ...flags(), '--procedure', p]);
+    expect(stats.code).toBe(0);
+    expect(stats.doc).toMatchObject({ byState: counts, byProcedure: { [p]: counts }, complete: true });
+    const text = await cli.run(['stats', ...flags(), '--procedure', p]);
+    expect(text.stdout).toContain('1 in progress, 2 completed, 1 failed');
+    expect(text.stdout).toMatch(new RegExp(`by procedure:\\n  ${p.replace('.', '\\.')}  1 in progress`));
+    const all = await cli.json<Json>(['stats', ...flags()]);
+    expect(all.doc.byProcedure[p]).toEqual(counts);
+    const partial = await cli.json<Json>(['stats', ...flags(), '--max', '1']);
+    expect(partial.code).toBe(0);
+    expect(partial.doc.complete).toBe(false);
+    expect((await cli.run(['stats', ...flags(), '--max', '1'])).stdout).toContain('the counts are partial');
+    await store.release({ id: recordId(undefined, p, 'd'), token: 'd' });
+  });
+});
+
+describe('PostgreSQL only', () => {
+  it('migrate applies the migrations to a fresh schema once; purge deletes expired rows', async () => {
+    const fresh = await isolatedSchema('cli_fresh', 2, false);
+    try {
+      const flags = ['--database-url', DATABASE_URL, '--schema', fresh.schema];
+      const before = await cli.run(['inspect', ...flags, '--procedure', 'p', '--key', 'k']);
+      expect(before.code).toBe(1);
+      expect(before.stderr).toContain(`no idempotency_keys table in ${fresh.schema}`);
+
+      const journal = ['--migrations-schema', fresh.schema];
+      const first = await cli.json<Json>(['migrate', ...flags, ...journal]);
+      expect(first.code).toBe(0);
+      expect(first.doc).toMatchObject({
+        applied: PACKAGE_MIGRATIONS.length,
+        migrations: PACKAGE_MIGRATIONS.map((m) => m.tag),
+        schema: fresh.schema,
+      });
+      const second = await cli.run(['migrate', ...flags, ...journal]);
+      expect(second.code).toBe(0);
+      expect(second.stdout).toContain('Up to date: no migration applied');
+
+      const store = drizzleStore({ db: fresh.db });
+      await store.claim({ id: recordId(undefined, 'p', 'old-claim'), fingerprint: 'fp', token: 'a', lockTtl: 1 });
+      await store.claim({ id: recordId(undefined, 'p', 'old'), fingerprint: 'fp', token: 'b', lockTtl: 5_000 });
+      await store.complete({
+        id: recordId(undefined, 'p', 'old'),
+        fingerprint: 'fp',
+        token: 'b',
+        state: 'completed',
+        body: '1',
+        ttl: 1,
+      });
+      await completed(store, recordId(undefined, 'p', 'kept'), '1', 'completed');
+      await sleep(50);
+      const purged = await cli.json<Json>(['purge', ...flags, '--batch-size', '1']);
+      expect(purged.code).toBe(0);
+      expect(purged.doc.purged).toBe(2);
+      const none = await cli.run(['purge', ...flags]);
+      expect(none.stdout).toContain('Purged 0 expired rows');
+      expect((await cli.run(['inspect', ...flags, '--procedure', 'p', '--key', 'kept'])).code).toBe(0);
+    } finally {
+      await fresh.drop();
+    }
+  });
+
+  it('a record that changes between the read and the delete is kept: exit 5', async () => {
+    const store = drizzleStore({ db: schema.db });
+    const p = procedure();
+    const id = recordId(undefined, p, 'k');
+    await store.claim({ id, fingerprint: 'fp', token: 'slow', lockTtl: 3_000 });
+    await sleep(1_100); // not renewed: release --confirm would go ahead
+    // Its holder completes in a transaction left open: the CLI reads the claim as it was committed,
+    // and its delete waits for the row until the completion commits.
+    const client = new pg.Client({ connectionString: schema.url });
+    await client.connect();
+    try {
+      await client.query('begin');
+      expect(
+        await drizzleStore({ db: drizzle(client) }).complete({
+          id,
+          fingerprint: 'fp',
+          token: 'slow',
+          state: 'completed',
+          body: '1',
+          ttl: 60_000,
+        }),
+      ).toBe('stored');
+      const release = cli.json<Json>([
+        'release',
+        '--database-url',
+        DATABASE_URL,
+        '--schema',
+        schema.schema,
+        '--id',
+        id,
+        '--confirm',
+      ]);
+      const waits = async () =>
+        (
+          await schema.pool.query(
+            "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()",
+          )
+        ).rows[0].n as number;
+      for (let i = 0; (await waits()) === 0; i++) {
+        if (i > 200) throw new Error('the CLI never waited for the row');
+        await sleep(25);
+      }
+      await client.query('commit');
+      const changed = await release;
+      expect(changed.code).toBe(5);
+      expect(changed.doc).toMatchObject({
+        done: false,
+        reason: 'changed',
+        record: { state: 'in_progress', token: 'slow' },
+      });
+      expect(eventLines(changed.stderr)).toEqual([]);
+      expect(
+        (await cli.json<Json>(['inspect', '--database-url', DATABASE_URL, '--schema', schema.schema, '--id', id])).doc
+          .state,
+      ).toBe('completed');
+    } finally {
+      await client.end();
+    }
+  });
+});
+
+describe('Redis only', () => {
+  it("initialize writes the restart fence's markers once", async () => {
+    const fence = `${prefix}fence:`;
+    const first = await cli.json<Json>(['initialize', '--redis', REDIS_URL, '--prefix', fence]);
+    expect(first.code).toBe(0);
+    expect(first.doc).toEqual({ written: 1, prefix: fence });
+    const again = await cli.run(['initialize', '--redis', REDIS_URL, '--prefix', fence]);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain('were all there already');
+    const onCluster = await cli.json<Json>([
+      'initialize',
+      '--redis',
+      clusterUrls().join(','),
+      '--cluster',
+      '--prefix',
+      'fence:',
+    ]);
+    expect(onCluster.code).toBe(0);
+    expect(onCluster.doc.written).toBeGreaterThan(1);
+  });
+});
+
+describe('the command line', () => {
+  it('--help on every command and at the top, --version, and the executable file itself', async () => {
+    const top = await cli.run(['--help']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toContain('Usage: trpc-idempotency <command>');
+    for (const command of ['inspect', 'release', 'stuck', 'stats', 'migrate', 'purge', 'initialize']) {
+      const help = await cli.run([command, '--help']);
+      expect(help.code, command).toBe(0);
+      expect(help.stdout).toContain(`Usage: trpc-idempotency ${command}`);
+      expect(help.stdout).toContain('Exit codes:');
+      expect((await cli.run([command, '-h'])).stdout).toBe(help.stdout);
+      expect(top.stdout).toContain(`  ${command} `);
+    }
+    expect((await cli.run(['help', 'release'])).stdout).toContain('--force');
+    const version = JSON.parse(readFileSync(`${REPO}/package.json`, 'utf8')).version;
+    expect((await cli.run(['--version'])).stdout.trim()).toBe(version);
+
+    const source = readFileSync(cli.entry, 'utf8');
+    expect(source.startsWith('#!/usr/bin/env node\n')).toBe(true);
+    chmodSync(cli.entry, 0o755);
+    const { execFileSync } = await import('node:child_process');
+    expect(execFileSync(cli.entry, ['--version']).toString().trim()).toBe(version);
+  });
+
+  it('usage errors exit with 2 and say what to pass; nothing is read', async () => {
+    const redisFlags = ['--redis', REDIS_URL];
+    const cases: [string[], RegExp][] = [
+      [['frobnicate'], /no command frobnicate\. The commands: inspect, release/],
+      [['--redis', REDIS_URL, 'inspect'], /the command comes first, not --redis/],
+      [
+        ['inspect', ...redisFlags, '--procedure', 'p', '--key', 'k', '--frob'],
+        /inspect: Unknown option '--frob'.*inspect --help/,
+      ],
+      [
+        ['inspect', ...redisFlags, '--key', 'k'],
+        /inspect: missing --procedure P: name the record with --procedure P --key K/,
+      ],
+      [['release', ...redisFlags], /release: missing --procedure P and --key K/],
+      [['inspect', ...redisFlags, '--id', 'x', '--key', 'k'], /not both/],
+      [['inspect', '--procedure', 'p', '--key', 'k'], /inspect: pass the store: --redis URL .* or --database-url URL/],
+      [['inspect', ...redisFlags, '--database-url', DATABASE_URL, '--id', 'x'], /--redis or --database-url, not both/],
+      [
+        ['stuck', ...redisFlags, '--older-than', '5 minutes'],
+        /--older-than "5 minutes" is not a duration: pass 500ms, 30s, 5m, 2h/,
+      ],
+      [['stats', ...redisFlags, '--max', '0'], /--max "0" is not a whole number of at least 1/],
+      [['migrate', ...redisFlags], /migrate is for PostgreSQL: pass --database-url URL/],
+      [['purge', '--database-url', DATABASE_URL, '--cluster'], /--cluster is for Redis/],
+      [['initialize', '--database-url', DATABASE_URL], /initialize is for Redis: pass --redis URL/],
+      [['inspect', '--redis', 'localhost:6379', '--id', 'x'], /is not a redis:\/\/ or rediss:\/\/ URL/],
+      [['inspect', '--redis', 'redis://a:1,redis://b:2', '--id', 'x'], /add --cluster/],
+      [['inspect', ...redisFlags, '--redis-client', 'jedis', '--id', 'x'], /pass ioredis or node-redis/],
+      [['inspect', ...redisFlags, '--key'], /--key/],
+    ];
+    for (const [args, message] of cases) {
+      const { code, stdout, stderr } = await cli.run(args);
+      expect(code, args.join(' ')).toBe(2);
+      expect(stderr, args.join(' ')).toMatch(message);
+      expect(stdout).toBe('');
+    }
+  });
+
+  it('an unreachable store: exit 1 within a few seconds, with the address and the cause', async () => {
+    for (const args of [
+      ['--redis', 'redis://127.0.0.1:1'],
+      ['--redis', 'redis://127.0.0.1:1', '--redis-client', 'node-redis'],
+      ['--redis', 'redis://127.0.0.1:1', '--cluster'],
+      ['--redis', 'redis://:secret@127.0.0.1:1', '--cluster', '--redis-client', 'node-redis'],
+      ['--database-url', 'postgres://postgres:secret@127.0.0.1:1/test'],
+    ]) {
+      const { code, stderr, stdout, ms } = await cli.run(['stats', ...args, '--json']);
+      expect(code, args.join(' ')).toBe(1);
+      expect(stderr).toMatch(
+        /^trpc-idempotency: cannot reach (Redis|the Redis Cluster|PostgreSQL) at .*127\.0\.0\.1:1.*(ECONNREFUSED|no seed node answered)/,
+      );
+      expect(stderr).not.toContain('secret');
+      expect(stdout).toBe('');
+      expect(ms).toBeLessThan(5_000);
+    }
+  });
+});
