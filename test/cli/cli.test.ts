@@ -182,7 +182,8 @@ describe.each(KINDS)('on $name', (kind) => {
     const key = randomUUID();
     const id = recordId('u1', p, key);
     // a holder that hangs: its engine renews the claim every lockTtl / 3 while the operation waits
-    const engine = createIdempotencyEngine({ store, lockTtl: 30_000 });
+    // (every 20 s: the test ends before the first renewal, so the claim's liveness never nears its edge)
+    const engine = createIdempotencyEngine({ store, lockTtl: 60_000 });
     let finish!: () => void;
     const hanging = engine
       .run({ key, name: p, scope: 'u1', payload: { amount: 1 } }, () => new Promise<void>((r) => (finish = r)))
@@ -194,7 +195,7 @@ describe.each(KINDS)('on $name', (kind) => {
     expect(stuck.doc.complete).toBe(true);
     expect(stuck.doc.olderThan).toBe(1_000);
     expect(stuck.doc.records).toHaveLength(1);
-    expect(stuck.doc.records[0]).toMatchObject({ id, procedure: p, state: 'in_progress', lockTtl: 30_000, live: true });
+    expect(stuck.doc.records[0]).toMatchObject({ id, procedure: p, state: 'in_progress', lockTtl: 60_000, live: true });
     const stuckText = await cli.run(['stuck', ...flags(), '--older-than', '1s', '--procedure', p]);
     expect(stuckText.stdout).toContain('1 claim in progress taken at least 1.0s ago');
     expect(stuckText.stdout).toContain(id);
@@ -232,10 +233,10 @@ describe.each(KINDS)('on $name', (kind) => {
     const store = kind.store();
     const p = procedure();
     const id = recordId(undefined, p, 'k');
-    // a lease of 9 s, not renewed for more than a third of it: its holder is not running (and the
-    // claim lasts another 5.9 s, for the four commands below)
-    await store.claim({ id, fingerprint: 'fp', token: 'gone', lockTtl: 9_000 });
-    await sleep(3_100);
+    // a lease of 15 s, not renewed for more than a third of it: its holder is not running (and the
+    // claim lasts another 9.9 s, for the four commands below on a busy machine)
+    await store.claim({ id, fingerprint: 'fp', token: 'gone', lockTtl: 15_000 });
+    await sleep(5_100);
 
     const dry = await cli.json<Json>(['release', ...flags(), '--procedure', p, '--key', 'k']);
     expect(dry.code).toBe(3);
