@@ -11,5 +11,8 @@ void main(process.argv.slice(2)).then((code) => {
   process.exitCode = code;
   // Every connection is closed by now, so the process ends by itself; should a driver still hold
   // a handle, it ends anyway (the timer does not keep it alive).
-  setTimeout(() => process.exit(code), 2_000).unref();
+  setTimeout(() => {
+    process.stderr.write('trpc-idempotency: a connection was still open 2 s after the command ended: exiting.\n');
+    process.exit(code);
+  }, 2_000).unref();
 });
