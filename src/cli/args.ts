@@ -100,8 +100,9 @@ A claim whose holder renewed it within the last third of its lease (a running
 holder renews it every lockTtl/3), or whose renewal time the store does not
 know, is refused unless --force: releasing a claim whose holder is still alive
 can run the operation twice. A request that hangs while its process still
-renews its claim keeps the key for as long as it hangs; a claim whose holder
-died expires by itself within lockTtl and needs no release.
+renews its claim keeps the key for as long as it hangs (--force frees it); a
+claim whose holder died is no longer renewed: it expires by itself within
+lockTtl, and --confirm frees it at once.
 
   --confirm              really delete
   --force                release a claim whose holder looks alive (implies --confirm)
