@@ -124,7 +124,8 @@ return {'a', now}
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
  * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
  * With the fence, a completion that finds the record and the marker gone raises the fence.
- * The claim's time `c` stays; its lease `l` and the waiter flag go.
+ * The claim's time `c` stays, and so does its lease `l`: deleting it would cost every first
+ * execution a command, and no one reads it on a finished record. The waiter flag goes.
  */
 const complete = (fence: string) =>
   script(`${fence}
@@ -135,7 +136,7 @@ if rec[1] then
     return 0
   end
   if rec[1] ~= 'p' then return 1 end
-  redis.call('HDEL', KEYS[1], 'l', 'w')
+  if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
 ${fence === '' ? '' : 'else\n  fenced(KEYS[2], clock(), 0)\n'}end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])

@@ -58,8 +58,7 @@ describe('Redis commands per request', () => {
     expect(first.sent).toBe(2);
     // TIME: a claim that takes the record checks its deadline by Redis's clock;
     // HGETALL: it reads the steps recorded under the key, inside the same script.
-    // HDEL: the completion drops the claim's lease `l` (and the waiter flag, in the same command).
-    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hgetall: 1, hdel: 1 });
+    expect(first.all).toEqual({ evalsha: 2, time: 1, hmget: 2, hset: 2, pexpire: 2, hgetall: 1 });
     expect(replay.sent).toBe(1);
     expect(replay.all).toEqual({ evalsha: 1, hmget: 1 });
     expect(rejection.sent).toBe(1);
@@ -82,6 +81,7 @@ describe('Redis commands per request', () => {
       b: 'b',
       t: 'holder',
       c: expect.stringMatching(/^\d{13}$/),
+      l: '5000',
     });
   });
 

@@ -45,13 +45,14 @@ describe('redis store specifics', () => {
     expect(
       await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: 'b', ttl: 10_000 }),
     ).toBe('stored');
-    // the claim's time `c` stays once finished; its lease `l` goes
+    // the claim's time `c` and its lease `l` stay once finished (no command spent deleting `l`)
     expect(await redis.hgetall(store.keyOf(id))).toEqual({
       s: 'c',
       f: 'fp',
       b: 'b',
       t: 't',
       c: expect.stringMatching(/^\d{13}$/),
+      l: '1000',
     });
   });
 
@@ -70,7 +71,7 @@ describe('redis store specifics', () => {
     expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'p', f: 'fp', t: 't', c: claimedAt, l: '7000' });
     await store.complete({ fingerprint: 'fp', id, token: 't', state: 'completed', body: '{}', ttl: 86_400_000 });
     expect(await redis.pttl(store.keyOf(id))).toBeGreaterThan(86_000_000);
-    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: '{}', t: 't', c: claimedAt });
+    expect(await redis.hgetall(store.keyOf(id))).toEqual({ s: 'c', f: 'fp', b: '{}', t: 't', c: claimedAt, l: '7000' });
   });
 
   it('refuses a client that is neither ioredis nor node-redis, and a prefix with braces', () => {
