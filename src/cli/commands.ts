@@ -166,7 +166,7 @@ const migrate: Command = async (values, io) => {
       applied === 0
         ? `Up to date: no migration applied (journal ${journal}).`
         : `Applied ${applied} migration${applied === 1 ? '' : 's'}: ${tags.join(', ')} (journal ${journal}).`,
-      `The table idempotency_keys is in schema ${String(row.schema)}, at ${conn.where}.`,
+      `The idempotency_keys table is in schema ${String(row.schema)}.`,
     ]);
     return EXIT.ok;
   } finally {
