@@ -132,13 +132,20 @@ const PLAN: Step[] = [
 ];
 /** The servers whose Redis is the primary with a replica (the others use the bench's main redis-server). */
 const REPLICATED = new Set(['redis-replicated', 'redis-wait']);
-/** The servers profiled in "Where the CPU goes": [name, server variant, keys]. */
-const PROFILED: (readonly [name: string, server: string, keys: 'fresh' | 'replay'])[] = [
+/** The servers profiled in "Where the CPU goes": [name, server variant, keys, environment]. */
+const NODE_REDIS_ENV = { BENCH_REDIS_CLIENT: 'node-redis' };
+const PROFILED: (readonly [name: string, server: string, keys: 'fresh' | 'replay', env?: Record<string, string>])[] = [
   ['baseline', 'baseline', 'fresh'],
   ...['memory', 'redis', 'postgres'].flatMap((store) => [
     [`${store}-first`, store, 'fresh'] as const,
     [`${store}-replay`, store, 'replay'] as const,
   ]),
+  // On node-redis (the application's client, and the peers' own): what the client costs, against what the layers cost.
+  ['baseline-node-redis', 'baseline', 'fresh', NODE_REDIS_ENV],
+  ['redis-node-redis-first', 'redis', 'fresh', NODE_REDIS_ENV],
+  ['redis-node-redis-replay', 'redis', 'replay', NODE_REDIS_ENV],
+  ['node-idempotency-node-redis-first', 'node-idempotency', 'fresh', NODE_REDIS_ENV],
+  ['powertools-node-redis-first', 'powertools', 'fresh', NODE_REDIS_ENV],
 ];
 
 // ---------------------------------------------------------------- processes
@@ -423,12 +430,12 @@ async function runProfiles(services: Services) {
   const profileDir = mkdtempSync(join(tmpdir(), 'bench-profiles-'));
   cleanups.push(() => rmSync(profileDir, { recursive: true, force: true }));
   const profiles: Results['profiles'] = {};
-  for (const [name, variant, mode] of PROFILED) {
+  for (const [name, variant, mode, extra] of PROFILED) {
     const file = join(profileDir, `${name}.${profiler === 'perf' ? 'perf.data' : 'cpuprofile'}`);
     const server =
       profiler === 'perf'
-        ? await startServer(variant, env, perfNodeFlags(join(profileDir, `${name}.v8.log`)))
-        : await startServer(variant, { ...env, BENCH_PROFILE: file });
+        ? await startServer(variant, { ...env, ...extra }, perfNodeFlags(join(profileDir, `${name}.v8.log`)))
+        : await startServer(variant, { ...env, ...extra, BENCH_PROFILE: file });
     if (profiler === 'perf') cleanups.push(() => removePerfMap(server.pid));
     await warmUp(name, server, [mode]);
     const keys = mode === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${name}-profile`);

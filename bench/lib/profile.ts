@@ -45,6 +45,8 @@ export function ownerOf(url: string, functionName: string): string {
   if (/node_modules\/(ioredis|@ioredis|redis-parser|cluster-key-slot|standard-as-callback|denque)\//.test(url)) {
     return 'ioredis';
   }
+  if (/node_modules\/(@redis\/[a-z-]+|redis)\//.test(url)) return 'node-redis';
+  if (/node_modules\/(@node-idempotency|@aws-lambda-powertools)\//.test(url)) return 'peer library';
   if (/node_modules\/(pg|pg-[a-z-]+|postgres-[a-z-]+|drizzle-orm)\//.test(url)) return 'pg and Drizzle';
   if (url.startsWith('node:') || url === '') return 'Node';
   if (url.includes('/bench/')) return 'bench handler';
