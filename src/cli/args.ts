@@ -60,7 +60,7 @@ export const COMMANDS: Record<CommandName, CommandSpec> = {
 
 Reads one record without changing it: its state (absent, in_progress, completed,
 failed), when it was claimed, by which attempt, its lease and when it was last
-renewed (a claim renewed within the last third of its lease has a live holder),
+renewed (a claim renewed less than half a lease ago has a live holder),
 the stored outcome's size, and the steps recorded under it.
 
   --body                 print the stored outcome too (it may hold personal data)
@@ -96,8 +96,8 @@ operation again instead of replaying it).
 Without --confirm it is a dry run: it says what it would delete and the risk,
 deletes nothing and exits with 3.
 
-A claim whose holder renewed it within the last third of its lease (a running
-holder renews it every lockTtl/3), or whose renewal time the store does not
+A claim whose holder renewed it less than half a lease ago (a running holder
+renews it every lockTtl/3), or whose renewal time the store does not
 know, is refused unless --force: releasing a claim whose holder is still alive
 can run the operation twice. A request that hangs while its process still
 renews its claim keeps the key for as long as it hangs (--force frees it); a

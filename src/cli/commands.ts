@@ -4,7 +4,7 @@
  * answers in words or, with `--json`, as one JSON document on stdout, closes
  * the connection, and returns its exit code.
  */
-import { type IdempotencyAdmin, idempotencyAdmin, type RecordRef } from '../core/admin.js';
+import { idempotencyAdmin, type RecordRef } from '../core/admin.js';
 import type { IdempotencyEvent } from '../core/events.js';
 import { type CommandName, parseCount, parseDuration, type Values } from './args.js';
 import {
@@ -62,16 +62,6 @@ async function withStore<T>(target: Target, fn: (conn: Connection) => Promise<T>
 const print = (io: Io, json: boolean, doc: unknown, lines: () => string[]) =>
   io.stdout(json ? JSON.stringify(doc, null, 2) : lines().join('\n'));
 
-/**
- * The store's clock now, as a difference from ours: listings give times in
- * the store's clock, and relative times ("claimed 4m ago") are read against it.
- */
-async function clockSkew(admin: IdempotencyAdmin): Promise<number> {
-  const before = Date.now();
-  const { time } = await admin.inspect({ id: 'trpc-idempotency-cli:clock:' });
-  return time - (before + Date.now()) / 2;
-}
-
 type Command = (values: Values, io: Io) => Promise<ExitCode>;
 
 const inspect: Command = async (values, io) => {
@@ -114,11 +104,10 @@ const stuck: Command = async (values, io) => {
   const target = targetOf('stuck', values);
   const json = values.json === true;
   return withStore(target, async ({ store }) => {
-    const admin = idempotencyAdmin({ store });
-    const skew = json ? 0 : await clockSkew(admin);
-    const result = await admin.stuck({ olderThan, procedure, max });
+    const result = await idempotencyAdmin({ store }).stuck({ olderThan, procedure, max });
     const doc = { ...result, olderThan };
-    print(io, json, doc, () => stuckLines(doc, Date.now() + skew));
+    // relative times ("claimed 4m ago") against the store's clock, which the result carries
+    print(io, json, doc, () => stuckLines(doc, result.time));
     return EXIT.ok;
   });
 };

@@ -25,9 +25,9 @@ export interface InspectedRecord extends RecordInfo {
   /** While in progress: when the claim was last taken or renewed (`expiresAt - lockTtl`), when the store knows. */
   renewedAt?: number;
   /**
-   * While in progress: its holder renewed it within the last third of its
-   * lease, as a running holder does; a release could then run the operation
-   * twice. Undefined when the store cannot tell (no `lockTtl`).
+   * While in progress: its holder renewed it less than half a lease ago. A
+   * running holder renews every third of its lease; half leaves room for a
+   * renewal on its way. A release could then run the operation twice. Undefined when the store cannot tell (no `lockTtl`).
    */
   live?: boolean;
 }
@@ -40,7 +40,7 @@ export interface ReleaseInput {
    */
   confirm?: boolean;
   /**
-   * Release a claim whose holder looks alive (renewed within the last third
+   * Release a claim whose holder looks alive (renewed less than half a lease ago
    * of its lease, or the store cannot tell). Its operation may still be
    * running: a retry can then run it a second time.
    * @default false
@@ -83,6 +83,8 @@ export interface StuckInput extends ScanInput {
 
 export interface StuckResult {
   records: (RecordSummary & { procedure: string; keyHash: string; renewedAt?: number; live?: boolean })[];
+  /** The store's clock when the last page was read: what `claimedAt` and `renewedAt` compare with. */
+  time: number;
   examined: number;
   /** Every record was examined (false: `max` was reached first). */
   complete: boolean;
@@ -127,11 +129,15 @@ export interface IdempotencyAdminOptions {
 
 const emptyCounts = (): Record<RecordState, number> => ({ in_progress: 0, completed: 0, failed: 0 });
 
-/** What a live holder's renewal keeps: a lease renewed every third of `lockTtl` never has less than two thirds left. */
+/**
+ * A live holder renews its claim every third of `lockTtl`, so its last renewal is never older than
+ * that, plus the time the next one takes to land: half a lease leaves room for a renewal on its way
+ * (with a third, a running holder read as not live for the length of a round trip).
+ */
 function liveness(rec: RecordSummary, time: number): { renewedAt?: number; live?: boolean } {
   if (rec.state !== 'in_progress' || rec.lockTtl === undefined || rec.expiresAt === undefined) return {};
   const renewedAt = rec.expiresAt - rec.lockTtl;
-  return { renewedAt, live: time - renewedAt < rec.lockTtl / 3 };
+  return { renewedAt, live: time - renewedAt < rec.lockTtl / 2 };
 }
 
 /**
@@ -176,6 +182,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
     const { procedure, max = 100_000, olderThan, state } = input;
     let cursor: string | undefined;
     let examined = 0;
+    let time = 0;
     do {
       const page = await admin!.list({
         state,
@@ -186,9 +193,10 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
       });
       examined += page.examined;
       for (const rec of page.records) visit(rec, page.time);
+      time = page.time;
       cursor = page.cursor;
     } while (cursor !== undefined && examined < max);
-    return { examined, complete: cursor === undefined };
+    return { examined, complete: cursor === undefined, time };
   }
 
   return {
@@ -240,7 +248,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
 
     async stuck(input) {
       const records: StuckResult['records'] = [];
-      const { examined, complete } = await scan({ ...input, state: 'in_progress' }, (rec, time) => {
+      const { examined, complete, time } = await scan({ ...input, state: 'in_progress' }, (rec, time) => {
         records.push({
           ...rec,
           procedure: nameOfRecordId(rec.id),
@@ -249,7 +257,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
         });
       });
       records.sort((a, b) => (a.claimedAt ?? 0) - (b.claimedAt ?? 0));
-      return { records, examined, complete };
+      return { records, time, examined, complete };
     },
 
     async stats(input = {}) {

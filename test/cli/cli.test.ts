@@ -233,10 +233,10 @@ describe.each(KINDS)('on $name', (kind) => {
     const store = kind.store();
     const p = procedure();
     const id = recordId(undefined, p, 'k');
-    // a lease of 15 s, not renewed for more than a third of it: its holder is not running (and the
-    // claim lasts another 9.9 s, for the four commands below on a busy machine)
+    // a lease of 15 s, not renewed for more than half of it: its holder is not running (and the
+    // claim lasts another 7.4 s, for the four commands below on a busy machine)
     await store.claim({ id, fingerprint: 'fp', token: 'gone', lockTtl: 15_000 });
-    await sleep(5_100);
+    await sleep(7_600);
 
     const dry = await cli.json<Json>(['release', ...flags(), '--procedure', p, '--key', 'k']);
     expect(dry.code).toBe(3);
@@ -375,8 +375,8 @@ describe('PostgreSQL only', () => {
     const store = drizzleStore({ db: schema.db });
     const p = procedure();
     const id = recordId(undefined, p, 'k');
-    await store.claim({ id, fingerprint: 'fp', token: 'slow', lockTtl: 3_000 });
-    await sleep(1_100); // not renewed: release --confirm would go ahead
+    await store.claim({ id, fingerprint: 'fp', token: 'slow', lockTtl: 10_000 });
+    await sleep(5_100); // not renewed for half its lease: release --confirm would go ahead
     // Its holder completes in a transaction left open: the CLI reads the claim as it was committed,
     // and its delete waits for the row until the completion commits.
     const client = new pg.Client({ connectionString: schema.url });
