@@ -35,8 +35,17 @@ export function startProcess(
   return new Promise((resolve, reject) => {
     let out = '';
     let started = false;
-    const timer = setTimeout(() => reject(new Error(`pod ${name} did not start: ${out}`)), 20_000);
-    const failedToStart = (code: number | null) => reject(new Error(`pod ${name} exited with ${code}: ${out}`));
+    // A generous bound (a pod compiles its TypeScript as it starts: a second or two, many more on a machine busy
+    // with other suites); a pod that does not start is killed rather than left behind.
+    const timer = setTimeout(() => {
+      child.off('exit', failedToStart);
+      child.kill('SIGKILL');
+      reject(new Error(`pod ${name} did not print ${ready} within 60 s: ${out}`));
+    }, 60_000);
+    const failedToStart = (code: number | null) => {
+      clearTimeout(timer);
+      reject(new Error(`pod ${name} exited with ${code}: ${out}`));
+    };
     child.once('exit', failedToStart);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();

@@ -6,9 +6,9 @@ import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { migrateIdempotencyKeys } from '../../src/drizzle.js';
+import { logTail, releasePort, reservePort, withStartAttempts } from './ports.js';
 import { MIGRATIONS, MIGRATIONS_TABLE } from './postgres.js';
 import { startPipe } from './proxy.js';
-import { freePort } from './redis-server.js';
 
 const run = promisify(execFile);
 const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
@@ -135,9 +135,17 @@ async function killTree(pid: number): Promise<void> {
  * not inherit it: once promoted, it has no synchronous standby to wait for) and this resolves only
  * once the primary reports it `sync`. initdb and pg_basebackup skip their own final sync of the
  * files they wrote (`--no-sync`): the tests kill processes, not the machine, and the servers flush
- * every commit. Startup took 2 to 8 s on 2 busy cores; stop() 1.5 to 3 s.
+ * every commit. Startup took 2 to 8 s on 2 busy cores; stop() 1.5 to 3 s. Both servers are on
+ * reserved ports (test/helpers/ports.ts); a start that fails (a port taken meanwhile, a standby
+ * slow to stream) is stopped and tried again in a new directory on new ports, up to 3 times.
  */
 export async function startReplicatedPostgres(options: ReplicatedPostgresOptions): Promise<ReplicatedPostgres> {
+  return withStartAttempts('a replicated PostgreSQL (primary and standby)', 3, () =>
+    startReplicatedPostgresOnce(options),
+  );
+}
+
+async function startReplicatedPostgresOnce(options: ReplicatedPostgresOptions): Promise<ReplicatedPostgres> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-pg-repl-'));
   const primaryData = join(dir, 'primary');
   const standbyData = join(dir, 'standby');
@@ -146,7 +154,7 @@ export async function startReplicatedPostgres(options: ReplicatedPostgresOptions
     const { stdout: gid } = await run('id', ['-g', 'postgres']);
     chownSync(dir, Number(uid.trim()), Number(gid.trim()));
   }
-  const [primaryPort, standbyPort] = [await freePort(), await freePort()];
+  const [primaryPort, standbyPort] = [await reservePort(), await reservePort()];
   const url = (port: number) => `postgres://postgres@127.0.0.1:${port}/postgres`;
   const startServer = (data: string, port: number, log: string) =>
     asPostgres('pg_ctl', [
@@ -200,6 +208,16 @@ export async function startReplicatedPostgres(options: ReplicatedPostgresOptions
     await proxy.close();
     await service.close();
     rmSync(dir, { recursive: true, force: true });
+    releasePort(primaryPort, standbyPort);
+  };
+  /** A start's error, with the ends of the servers' logs. */
+  const withLogs = (error: unknown) => {
+    const logs = ['primary.log', 'standby.log']
+      .map((log) => [log, logTail(join(dir, log), 8)])
+      .filter(([, tail]) => tail !== '')
+      .map(([log, tail]) => `\n${log} ends:\n${tail}`)
+      .join('');
+    return new Error(`${error instanceof Error ? error.message : String(error)}${logs}`, { cause: error });
   };
 
   try {
@@ -245,8 +263,9 @@ export async function startReplicatedPostgres(options: ReplicatedPostgresOptions
       }
     }
   } catch (error) {
+    const failure = withLogs(error);
     await stop();
-    throw error;
+    throw failure;
   }
 
   const syncState = async () => {
@@ -271,8 +290,9 @@ export async function startReplicatedPostgres(options: ReplicatedPostgresOptions
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   } catch (error) {
+    const failure = withLogs(error);
     await stop();
-    throw error;
+    throw failure;
   }
 
   return {

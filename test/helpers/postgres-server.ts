@@ -6,8 +6,8 @@ import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { migrateIdempotencyKeys } from '../../src/drizzle.js';
+import { logTail, releasePort, reservePort, withStartAttempts } from './ports.js';
 import { MIGRATIONS, MIGRATIONS_TABLE } from './postgres.js';
-import { freePort } from './redis-server.js';
 
 const run = promisify(execFile);
 const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
@@ -47,8 +47,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     const { stdout: gid } = await run('id', ['-g', 'postgres']);
     chownSync(dir, Number(stdout.trim()), Number(gid.trim()));
   }
-  const port = await freePort();
-  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  let port = 0;
   const start = () =>
     asPostgres('pg_ctl', [
       '-D',
@@ -61,22 +60,39 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       '-o',
       `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50`,
       'start',
-    ]);
+    ]).catch((error: unknown) => {
+      const tail = logTail(join(dir, 'log'));
+      throw new Error(
+        `${error instanceof Error ? error.message : String(error)}${tail ? `\nits log ends:\n${tail}` : ''}`,
+      );
+    });
   const stop = (mode: 'fast' | 'immediate' = 'fast') =>
     asPostgres('pg_ctl', ['-D', data, '-m', mode, '-w', '-t', '60', 'stop']);
   let running = false;
   try {
     await asPostgres('initdb', ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '--no-instructions']);
-    await start();
+    // on a reserved port (test/helpers/ports.ts); a start that fails (the port taken meanwhile) is tried on another
+    await withStartAttempts('a PostgreSQL server', 3, async () => {
+      port = await reservePort();
+      try {
+        await start();
+      } catch (error) {
+        await stop('immediate').catch(() => {}); // a server that started too late for pg_ctl's wait
+        releasePort(port);
+        throw error;
+      }
+    });
     running = true;
-    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    const pool = new pg.Pool({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, max: 1 });
     await migrateIdempotencyKeys(drizzle(pool), { migrationsFolder: MIGRATIONS, migrationsTable: MIGRATIONS_TABLE });
     await pool.end();
   } catch (error) {
     if (running) await stop('immediate').catch(() => {});
     rmSync(dir, { recursive: true, force: true });
+    releasePort(port);
     throw error;
   }
+  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   return {
     port,
     url,
@@ -92,6 +108,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       if (running) await stop('immediate').catch(() => {});
       running = false;
       rmSync(dir, { recursive: true, force: true });
+      releasePort(port);
     },
   };
 }

@@ -2,7 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, waitForRedis } from './redis-server.js';
+import { releasePort, reservePort, withStartAttempts } from './ports.js';
+import { waitForRedis } from './redis-server.js';
 
 export interface ControlledRedis {
   port: number;
@@ -29,7 +30,19 @@ export interface ControlledRedis {
  * without it, a restart comes back empty.
  */
 export async function startControlledRedis(options: { persist?: boolean } = {}): Promise<ControlledRedis> {
-  const port = await freePort();
+  // a first start that fails (its port taken meanwhile) is tried again on another port
+  return withStartAttempts('a controlled redis-server', 3, async () => {
+    const port = await reservePort();
+    try {
+      return await startControlledRedisOn(port, options);
+    } catch (error) {
+      releasePort(port);
+      throw error;
+    }
+  });
+}
+
+async function startControlledRedisOn(port: number, options: { persist?: boolean }): Promise<ControlledRedis> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-redis-ctl-'));
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
   let child: ChildProcess | undefined;
@@ -37,13 +50,30 @@ export async function startControlledRedis(options: { persist?: boolean } = {}):
   async function start() {
     const proc = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir, ...persistence],
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--dir',
+        dir,
+        '--logfile',
+        'redis.log',
+        ...persistence,
+      ],
       {
         stdio: 'ignore',
       },
     );
     child = proc;
-    await waitForRedis(port, proc);
+    try {
+      await waitForRedis(port, proc, { log: join(dir, 'redis.log') });
+    } catch (error) {
+      await kill();
+      throw error;
+    }
   }
 
   function kill(): Promise<void> {
@@ -57,7 +87,12 @@ export async function startControlledRedis(options: { persist?: boolean } = {}):
     });
   }
 
-  await start();
+  try {
+    await start();
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
@@ -71,6 +106,7 @@ export async function startControlledRedis(options: { persist?: boolean } = {}):
     async destroy() {
       await kill();
       rmSync(dir, { recursive: true, force: true });
+      releasePort(port);
     },
   };
 }

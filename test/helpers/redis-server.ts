@@ -1,18 +1,15 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { allStarted, logTail, releasePort, reservePort, withStartAttempts } from './ports.js';
 
-/** A free TCP port on loopback. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+/**
+ * A port for a server of the test's own, reserved for this process (see
+ * test/helpers/ports.ts: never one the kernel may hand to another process).
+ */
+export const freePort = (): Promise<number> => reservePort();
 
 export interface PrivateRedis {
   port: number;
@@ -20,53 +17,136 @@ export interface PrivateRedis {
   stop(): Promise<void>;
 }
 
+/** How many times a server's start is tried (each on other ports) before its error goes up. */
+const START_ATTEMPTS = 3;
+
 /** A redis-server of the test's own, on its own port, keeping nothing on disk. */
 export async function startPrivateRedis(extraArgs: string[] = []): Promise<PrivateRedis> {
-  return startPrivateRedisOn(await freePort(), extraArgs);
+  return withStartAttempts('a redis-server', START_ATTEMPTS, async () => {
+    const port = await reservePort();
+    try {
+      return await startPrivateRedisOn(port, extraArgs, () => releasePort(port));
+    } catch (error) {
+      releasePort(port);
+      throw error;
+    }
+  });
 }
 
-async function startPrivateRedisOn(port: number, extraArgs: string[]): Promise<PrivateRedis> {
+/**
+ * A redis-server on `port` (reserved by the caller), logging to a file in its
+ * directory (its tail goes into the error if it does not come up). Whatever
+ * happens, a server that did not come up is killed and its directory deleted.
+ */
+async function startPrivateRedisOn(port: number, extraArgs: string[], released: () => void): Promise<PrivateRedis> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-redis-'));
   const child = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+      '--logfile',
+      'redis.log',
+      ...extraArgs,
+    ],
     {
       stdio: 'ignore',
     },
   );
-  await waitForRedis(port, child);
-  return {
-    port,
-    process: child,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once('exit', () => {
-          rmSync(dir, { recursive: true, force: true });
-          resolve();
-        });
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGCONT'); // a paused server (SIGSTOP) dies of SIGKILL all the same, but stays clean
         child.kill('SIGKILL');
-      }),
-  };
+      }
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+      released();
+    })());
+  try {
+    await waitForRedis(port, child, { log: join(dir, 'redis.log') });
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { port, process: child, stop };
+}
+
+export interface WaitForRedisOptions {
+  /** How long the server may take to answer PING (ms). @default 30_000 */
+  timeoutMs?: number;
+  /** The server's log file: its last lines go into the error. */
+  log?: string;
 }
 
 /**
  * Resolves once the redis-server on `port` answers PING (with an append-only
- * file it answers LOADING until it has replayed it); throws if `child` exits first.
+ * file it answers LOADING until it has replayed it). With `child`, the server
+ * that answers must be that process (`INFO server`'s process_id), and this
+ * throws as soon as it exits. Throws after `timeoutMs`, with the server's
+ * log tail when `log` is given.
  */
-export async function waitForRedis(port: number, child?: ChildProcess): Promise<void> {
-  for (let i = 0; ; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+export async function waitForRedis(
+  port: number,
+  child?: ChildProcess,
+  { timeoutMs = 30_000, log }: WaitForRedisOptions = {},
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const failure = (what: string) => {
+    const tail = log === undefined ? '' : logTail(log, 6);
+    return new Error(`${what}${tail === '' ? '' : `; its log ends:\n${tail}`}`);
+  };
+  let lastError: unknown;
+  for (;;) {
+    if (child !== undefined && (child.exitCode !== null || child.signalCode !== null)) {
+      throw failure(`redis-server for port ${port} exited (${child.exitCode ?? child.signalCode}) before it answered`);
+    }
+    const probe = new Redis({
+      port,
+      host: '127.0.0.1',
+      lazyConnect: true,
+      retryStrategy: () => null,
+      maxRetriesPerRequest: 0,
+      connectTimeout: 5_000,
+      // a holder of the port that never answers (not a Redis) must not hang the wait
+      commandTimeout: 5_000,
+    });
     probe.on('error', () => {});
     try {
       await probe.connect();
       await probe.ping();
-      probe.disconnect();
+      if (child !== undefined) {
+        const pid = /^process_id:(\d+)/m.exec(await probe.info('server'))?.[1];
+        if (Number(pid) !== child.pid) {
+          // someone else's server holds the port: ours cannot bind it, and will exit
+          throw failure(`port ${port} is held by another server (pid ${pid}), not by redis-server ${child.pid}`);
+        }
+      }
       return;
     } catch (error) {
+      if (error instanceof Error && error.message.startsWith(`port ${port} is held`)) throw error;
+      lastError = error;
+    } finally {
       probe.disconnect();
-      if (i > 200 || (child !== undefined && child.exitCode !== null)) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 50));
     }
+    if (Date.now() > deadline) {
+      const last = lastError instanceof Error ? lastError.message : String(lastError);
+      throw failure(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms (last error: ${last})`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
 
@@ -87,35 +167,86 @@ export function delta(before: Record<string, number>, after: Record<string, numb
   return out;
 }
 
-async function portIsFree(port: number): Promise<boolean> {
-  const server = createServer();
-  return new Promise((resolve) => {
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-}
-
 export interface PrivateCluster {
   ports: number[];
   stop(): Promise<void>;
 }
 
+/** Cluster bus port offset `redis-cli --cluster create` relies on: a node's port + 10000. */
+const BUS_OFFSET = 10_000;
+
 /**
  * A Redis Cluster of `masters` nodes, each with `replicas` replicas, on ports
- * of its own, created with `redis-cli --cluster create`. Each node also needs
- * its cluster bus port (port + 10000) free. `ports` lists every node.
+ * of its own, created with `redis-cli --cluster create`. Each node's cluster
+ * bus port (port + 10000) is reserved with its port. `ports` lists every node.
+ * A start that fails (a port taken meanwhile, a cluster slow to agree on a
+ * loaded machine) is tried again on other ports; nothing of a failed attempt
+ * is left running.
  */
 export async function startPrivateCluster(masters = 3, replicas = 0): Promise<PrivateCluster> {
-  const ports: number[] = [];
-  while (ports.length < masters * (1 + replicas)) {
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
-    if (!ports.includes(port) && (await portIsFree(port)) && (await portIsFree(port + 10_000))) ports.push(port);
-  }
-  const nodes = await Promise.all(
-    ports.map((port) =>
-      startPrivateRedisOn(port, ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`]),
-    ),
+  return withStartAttempts(`a Redis Cluster (${masters} masters, ${replicas} replicas each)`, START_ATTEMPTS, () =>
+    startPrivateClusterOnce(masters, replicas),
   );
+}
+
+async function startPrivateClusterOnce(masters: number, replicas: number): Promise<PrivateCluster> {
+  const nodes: PrivateRedis[] = [];
+  const probes: Redis[] = [];
+  const stop = async () => {
+    for (const probe of probes) probe.disconnect();
+    await Promise.all(nodes.map((n) => n.stop()));
+  };
+  try {
+    await allStarted(
+      Array.from({ length: masters * (1 + replicas) }, () =>
+        withStartAttempts('a Redis Cluster node', START_ATTEMPTS, async () => {
+          const port = await reservePort({ companion: BUS_OFFSET });
+          try {
+            nodes.push(
+              await startPrivateRedisOn(
+                port,
+                ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`],
+                () => releasePort(port),
+              ),
+            );
+          } catch (error) {
+            releasePort(port);
+            throw error;
+          }
+        }),
+      ),
+    );
+    const ports = nodes.map((n) => n.port);
+    await createCluster(ports, replicas);
+    const deadline = Date.now() + 30_000;
+    for (const port of ports) {
+      const probe = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 100 });
+      probe.on('error', () => {});
+      probes.push(probe);
+      const ready = async () => {
+        if (!(await probe.cluster('INFO')).includes('cluster_state:ok')) return false;
+        const replication = await probe.info('replication');
+        return !replication.includes('role:slave') || replication.includes('master_link_status:up');
+      };
+      while (!(await ready().catch(() => false))) {
+        if (Date.now() > deadline) {
+          throw new Error(
+            `cluster node ${port} did not reach cluster_state:ok (and, a replica, its master) within 30 s`,
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      probe.disconnect();
+    }
+    return { ports, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/** `redis-cli --cluster create` on the nodes; throws with its output if it fails or takes over 60 s. */
+async function createCluster(ports: number[], replicas: number): Promise<void> {
   const create = spawn(
     'redis-cli',
     [
@@ -127,23 +258,18 @@ export async function startPrivateCluster(masters = 3, replicas = 0): Promise<Pr
       '--cluster-yes',
     ],
     {
-      stdio: 'ignore',
+      stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
+  let output = '';
+  create.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  create.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const timer = setTimeout(() => create.kill('SIGKILL'), 60_000);
   const code = await new Promise<number | null>((resolve) => create.once('exit', resolve));
-  if (code !== 0) throw new Error(`redis-cli --cluster create exited with ${code}`);
-  for (const port of ports) {
-    const probe = new Redis({ port });
-    const ready = async () => {
-      if (!(await probe.cluster('INFO')).includes('cluster_state:ok')) return false;
-      const replication = await probe.info('replication');
-      return !replication.includes('role:slave') || replication.includes('master_link_status:up');
-    };
-    for (let i = 0; !(await ready()); i++) {
-      if (i > 200) throw new Error(`cluster node ${port} never reached cluster_state:ok (and, a replica, its master)`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    probe.disconnect();
+  clearTimeout(timer);
+  if (code !== 0) {
+    throw new Error(
+      `redis-cli --cluster create exited with ${code ?? 'a timeout'}: ${output.trim().split('\n').slice(-10).join('\n')}`,
+    );
   }
-  return { ports, stop: async () => void (await Promise.all(nodes.map((n) => n.stop()))) };
 }

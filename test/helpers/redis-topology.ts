@@ -42,20 +42,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { allStarted, releasePort, reservePort, withStartAttempts } from './ports.js';
 import { startPipe } from './proxy.js';
-import { freePort, waitForRedis } from './redis-server.js';
+import { waitForRedis } from './redis-server.js';
 
-/** Ports handed out by this file: freePort() may answer a port again once it was closed, before its server binds it. */
-const given = new Set<number>();
-async function port(): Promise<number> {
-  for (;;) {
-    const candidate = await freePort();
-    if (!given.has(candidate)) {
-      given.add(candidate);
-      return candidate;
-    }
-  }
-}
+/**
+ * How many times a topology's start is tried before its error goes up: each
+ * attempt on new ports and a new directory, everything of the failed one
+ * stopped first. A start fails for a transient reason now and then on a
+ * loaded machine (a cluster slow to agree, a replica slow to sync).
+ */
+const START_ATTEMPTS = 3;
+/** How many times one server's start is tried (each on new ports) within a topology's attempt. */
+const SERVER_ATTEMPTS = 3;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -343,7 +342,7 @@ async function startServer(dir: string, name: string, port: number, args: string
     return exited;
   };
   try {
-    await waitForRedis(port, child);
+    await waitForRedis(port, child, { log: join(dir, `${name}.log`) });
   } catch (error) {
     await kill();
     throw error;
@@ -351,9 +350,58 @@ async function startServer(dir: string, name: string, port: number, args: string
   return { port, child, kill };
 }
 
-/** A connection for the harness's own checks: fails fast rather than queueing. */
+/**
+ * The ports a topology reserved (test/helpers/ports.ts), released once its
+ * servers are gone.
+ */
+function portBook() {
+  const ports: number[] = [];
+  return {
+    async take(): Promise<number> {
+      const port = await reservePort();
+      ports.push(port);
+      return port;
+    },
+    release(...some: number[]) {
+      releasePort(...some);
+      for (const port of some) {
+        const i = ports.indexOf(port);
+        if (i >= 0) ports.splice(i, 1);
+      }
+    },
+    releaseAll() {
+      releasePort(...ports.splice(0));
+    },
+  };
+}
+
+/** A server of a topology started on a port of `book`'s, tried again on another if it does not come up. */
+async function startServerOnNewPort(
+  book: ReturnType<typeof portBook>,
+  dir: string,
+  name: string,
+  args: string[],
+): Promise<Server> {
+  return withStartAttempts(`redis-server ${name}`, SERVER_ATTEMPTS, async () => {
+    const own = await book.take();
+    try {
+      return await startServer(dir, name, own, args);
+    } catch (error) {
+      book.release(own);
+      throw error;
+    }
+  });
+}
+
+/** A connection for the harness's own checks: fails fast rather than queueing, or hanging on a server that does not answer. */
 function probe(port: number): Redis {
-  const client = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 100 });
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    maxRetriesPerRequest: 1,
+    retryStrategy: () => 100,
+    commandTimeout: 10_000,
+  });
   client.on('error', () => {});
   return client;
 }
@@ -473,42 +521,50 @@ export interface SentinelSet {
  * messages, sent every 2 s).
  */
 export async function startSentinelSet(options: SentinelSetOptions): Promise<SentinelSet> {
+  return withStartAttempts('a Sentinel set', START_ATTEMPTS, () => startSentinelSetOnce(options));
+}
+
+async function startSentinelSetOnce(options: SentinelSetOptions): Promise<SentinelSet> {
   const { delayMs, replicas: replicaCount = 2, downAfterMs = 1_000, failoverTimeoutMs = 2_000 } = options;
   const name = 'failover';
   const dir = mkdtempSync(join(tmpdir(), 'idem-sentinel-'));
   const servers: Server[] = [];
   const clients: Redis[] = [];
+  const book = portBook();
   let proxy: RemoteProxy | undefined;
-  const stop = async () => {
-    for (const client of clients) client.disconnect();
-    await Promise.all([proxy?.close(), ...servers.map((s) => s.kill())]);
-    rmSync(dir, { recursive: true, force: true });
-  };
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      for (const client of clients) client.disconnect();
+      await Promise.all([proxy?.close().catch(() => {}), ...servers.map((s) => s.kill())]);
+      rmSync(dir, { recursive: true, force: true });
+      book.releaseAll();
+    })());
   try {
-    const primary = await startServer(dir, 'primary', await port(), BASE);
+    const primary = await startServerOnNewPort(book, dir, 'primary', BASE);
     servers.push(primary);
     const proxyPort = (proxy = await startRemoteReplicationProxy(primary.port, delayMs)).port;
-    const replicas = await Promise.all(
-      Array.from({ length: replicaCount }, async (_, i) =>
-        startServer(dir, `replica-${i}`, await port(), [
+    const replicas = await allStarted(
+      Array.from({ length: replicaCount }, async (_, i) => {
+        const replica = await startServerOnNewPort(book, dir, `replica-${i}`, [
           ...BASE,
           '--replicaof',
           '127.0.0.1',
           String(proxyPort),
           '--replica-announce-ip',
           '127.0.0.1',
-        ]),
-      ),
+        ]);
+        servers.push(replica);
+        return replica;
+      }),
     );
-    servers.push(...replicas);
     const p = probe(primary.port);
     const r = replicas.map((replica) => probe(replica.port));
     clients.push(p, ...r);
-    await Promise.all(replicas.map((replica, i) => waitForReplication(p, r[i]!, replica.port, 10_000)));
+    await allStarted(replicas.map((replica, i) => waitForReplication(p, r[i]!, replica.port, 30_000)));
 
-    const sentinelPorts = [await port(), await port(), await port()];
-    const sentinels = await Promise.all(
-      sentinelPorts.map((port, i) => {
+    const sentinels = await allStarted(
+      [0, 1, 2].map(async (i) => {
         const conf = join(dir, `sentinel-${i}.conf`);
         writeFileSync(
           conf,
@@ -521,14 +577,16 @@ export async function startSentinelSet(options: SentinelSetOptions): Promise<Sen
             '',
           ].join('\n'),
         );
-        return startServer(dir, `sentinel-${i}`, port, [conf, '--sentinel']);
+        const sentinel = await startServerOnNewPort(book, dir, `sentinel-${i}`, [conf, '--sentinel']);
+        servers.push(sentinel);
+        return sentinel;
       }),
     );
-    servers.push(...sentinels);
+    const sentinelPorts = sentinels.map((s) => s.port);
     const sentinelClients = sentinelPorts.map(probe);
     clients.push(...sentinelClients);
     // Sentinels find the replicas in the primary's INFO and each other by their hello messages (every 2 s).
-    await until('the Sentinels to know the replicas and each other', 15_000, async () => {
+    await until('the Sentinels to know the replicas and each other', 30_000, async () => {
       const masters = await Promise.all(sentinelClients.map((s) => s.call('SENTINEL', 'MASTER', name)));
       return masters.every((m) => {
         const fields = pairs(m);
@@ -640,21 +698,54 @@ const SLOTS = 16_384;
  * (automatic, after `cluster-node-timeout`). Takes about 2 s.
  */
 export async function startClusterWithReplicas(options: ClusterOptions): Promise<ClusterWithReplicas> {
+  return withStartAttempts('a Redis Cluster with replicas', START_ATTEMPTS, () =>
+    startClusterWithReplicasOnce(options),
+  );
+}
+
+async function startClusterWithReplicasOnce(options: ClusterOptions): Promise<ClusterWithReplicas> {
   const { masters: count = 3, replicasPerMaster = 2, delayMs, nodeTimeoutMs = 1_000 } = options;
   const dir = mkdtempSync(join(tmpdir(), 'idem-cluster-'));
   const servers: Server[] = [];
   const clients: Redis[] = [];
   const proxies: RemoteProxy[] = [];
-  const stop = async () => {
-    for (const client of clients) client.disconnect();
-    await Promise.all([...proxies.map((p) => p.close()), ...servers.map((s) => s.kill())]);
-    rmSync(dir, { recursive: true, force: true });
-  };
-  const node = async (name: string, announcePort?: (port: number) => Promise<number>) => {
-    const own = await port();
-    const busPort = await port();
-    const announced = announcePort === undefined ? own : await announcePort(own);
-    const server = await startServer(dir, name, own, [
+  /** Every proxy started, including those of a node whose server did not come up. */
+  const allProxies: RemoteProxy[] = [];
+  const book = portBook();
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      for (const client of clients) client.disconnect();
+      await Promise.all([...allProxies.map((p) => p.close().catch(() => {})), ...servers.map((s) => s.kill())]);
+      rmSync(dir, { recursive: true, force: true });
+      book.releaseAll();
+    })());
+  /**
+   * A cluster node on two new ports (its own and its bus's), announcing the
+   * port `announcePort` gives (a master's proxy, started towards its own
+   * port before the server), tried again on new ports if it does not come up.
+   */
+  const node = (name: string, announcePort?: (port: number) => Promise<RemoteProxy>) =>
+    withStartAttempts(`cluster node ${name}`, SERVER_ATTEMPTS, async () => {
+      const own = await book.take();
+      const busPort = await book.take();
+      let proxy: RemoteProxy | undefined;
+      try {
+        if (announcePort !== undefined) allProxies.push((proxy = await announcePort(own)));
+        const announced = proxy?.port ?? own;
+        const server = await startNode(name, own, busPort, announced);
+        servers.push(server);
+        const client = probe(own);
+        clients.push(client);
+        return { server, client, node: { port: own, busPort }, announced, proxy };
+      } catch (error) {
+        await proxy?.close().catch(() => {});
+        book.release(own, busPort);
+        throw error;
+      }
+    });
+  const startNode = (name: string, own: number, busPort: number, announced: number) =>
+    startServer(dir, name, own, [
       ...BASE,
       '--cluster-enabled',
       'yes',
@@ -671,25 +762,18 @@ export async function startClusterWithReplicas(options: ClusterOptions): Promise
       '--cluster-announce-bus-port',
       String(busPort),
     ]);
-    servers.push(server);
-    const client = probe(own);
-    clients.push(client);
-    return { server, client, node: { port: own, busPort }, announced };
-  };
   const alive = (server: Server) => server.child.exitCode === null && server.child.signalCode === null;
   try {
-    const masters = await Promise.all(
-      Array.from({ length: count }, (_, i) =>
-        node(`master-${i}`, async (own) => {
-          const proxy = await startRemoteReplicationProxy(own, delayMs);
-          proxies[i] = proxy;
-          return proxy.port;
-        }),
-      ),
+    const masters = await allStarted(
+      Array.from({ length: count }, async (_, i) => {
+        const master = await node(`master-${i}`, (own) => startRemoteReplicationProxy(own, delayMs));
+        proxies[i] = master.proxy!;
+        return master;
+      }),
     );
-    const replicas = await Promise.all(
+    const replicas = await allStarted(
       Array.from({ length: count }, (_, i) =>
-        Promise.all(Array.from({ length: replicasPerMaster }, (_, j) => node(`replica-${i}-${j}`))),
+        allStarted(Array.from({ length: replicasPerMaster }, (_, j) => node(`replica-${i}-${j}`))),
       ),
     );
     const all = [...masters, ...replicas.flat()];
@@ -705,7 +789,7 @@ export async function startClusterWithReplicas(options: ClusterOptions): Promise
     let views: string[] = [];
     await until(
       'every node to know every other',
-      15_000,
+      30_000,
       async () => {
         views = await Promise.all(all.map((n) => n.client.call('CLUSTER', 'NODES') as Promise<string>));
         return views.every((view) => {
@@ -716,12 +800,12 @@ export async function startClusterWithReplicas(options: ClusterOptions): Promise
       () => `(ports ${all.map((n) => `${n.node.port}/${n.node.busPort}`).join(' ')}; views: ${views.join(' | ')})`,
     );
     await Promise.all(replicas.flatMap((group, i) => group.map((r) => r.client.call('CLUSTER', 'REPLICATE', ids[i]!))));
-    await Promise.all(
+    await allStarted(
       replicas.flatMap((group, i) =>
-        group.map((r) => waitForReplication(masters[i]!.client, r.client, r.node.port, 15_000)),
+        group.map((r) => waitForReplication(masters[i]!.client, r.client, r.node.port, 30_000)),
       ),
     );
-    await until('cluster_state:ok on every node', 15_000, async () => {
+    await until('cluster_state:ok on every node', 30_000, async () => {
       const states = await Promise.all(all.map((n) => n.client.call('CLUSTER', 'INFO') as Promise<string>));
       return states.every((s) => s.includes('cluster_state:ok'));
     });
