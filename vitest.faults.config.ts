@@ -7,9 +7,13 @@ export default defineConfig({
     include: ['test/faults/**/*.test.ts'],
     testTimeout: 180_000,
     hookTimeout: 120_000,
-    // One file at a time (vitest's default on 2 cores, said here): two at a time halved the suite's
-    // wall time, but a failover test's cluster, started in the background, once failed to come up
-    // beside another file's servers.
-    maxWorkers: 1,
+    // Two files at a time (vitest's default on 2 cores is one): the files wait mostly on restarts,
+    // failovers and lock TTLs, and two halve the suite's wall time. Safe since the servers they start
+    // take their ports from test/helpers/ports.ts: below the kernel's ephemeral range and reserved
+    // across processes by lock files. Ports the kernel picked (listen(0), then closed) could be taken
+    // by the other file's listeners or outgoing connections before the server bound them, and a
+    // Cluster node that could not bind its port exited ("Connection is closed" in the failover test).
+    // Starts that still fail are tried again on new ports.
+    maxWorkers: 2,
   },
 });

@@ -54,7 +54,10 @@ describe('soak, short', () => {
     // steps: a step runs again only when its process was killed inside it, its result could not be recorded, or the empty restart wiped it
     expect(report.steps.runs).toBeGreaterThan(100);
     expect(report.steps.reRuns.unexplained).toBe(0);
-    // a key is held off at most while Redis is down, then for the fence's window (lockTtl), then by a retry's backoff
-    expect(report.maxBlockedMs).toBeLessThan(1_200 + LOCK_TTL + SLACK);
+    // a key is held off at most while Redis is down, then for the fence's window (lockTtl), then by a retry's backoff.
+    // Down: from the SIGKILL to the new server's PONG, as it was (1.2 s planned; on a loaded machine the restart
+    // itself once took 0.9 s more, which the bound must not count against the store)
+    const [restart] = report.redisRestarts;
+    expect(report.maxBlockedMs).toBeLessThan(restart!.upAt - restart!.killedAt + LOCK_TTL + SLACK);
   });
 });
