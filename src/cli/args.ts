@@ -85,9 +85,11 @@ ${EXIT_CODES_HELP}`,
       confirm: { type: 'boolean' },
       force: { type: 'boolean' },
       steps: { type: 'boolean' },
+      outcome: { type: 'boolean' },
+      token: { type: 'string' },
     },
     summary: 'give back a held claim, or forget a stored outcome (dry run without --confirm)',
-    help: `Usage: ${BIN} release (--redis URL | --database-url URL) --procedure P --key K [--scope S] [--confirm] [--force] [--steps] [--json]
+    help: `Usage: ${BIN} release (--redis URL | --database-url URL) --procedure P --key K [--scope S] [--confirm] [--force] [--outcome] [--token T] [--steps] [--json]
 
 Gives back a claim that is held (a stuck request: the next retry with the key
 runs the operation), or forgets a stored outcome (the next retry runs the
@@ -103,9 +105,14 @@ can run the operation twice. A request that hangs while its process still
 renews its claim keeps the key for as long as it hangs (--force frees it); a
 claim whose holder died is no longer renewed: it expires by itself within
 lockTtl, and --confirm frees it at once.
+Without --force, a claim renewed after the read (its holder came back) is kept
+(exit 5). A stored outcome is forgotten only with --outcome.
 
   --confirm              really delete
   --force                release a claim whose holder looks alive (implies --confirm)
+  --outcome              forget a stored outcome (completed or failed): required for one, so a
+                         claim that completed after you looked is never forgotten by mistake
+  --token T              only if the record still carries token T (the attempt you inspected)
   --steps                delete the recorded steps too: the next attempt runs every step again
                          (also works on an absent record that has steps)
 ${COMMON_HELP}

@@ -79,7 +79,13 @@ const release: Command = async (values, io) => {
   const ref = recordRef('release', values);
   const target = targetOf('release', values);
   const json = values.json === true;
-  const [confirm, force, steps] = [values.confirm === true, values.force === true, values.steps === true];
+  const [confirm, force, steps, outcome] = [
+    values.confirm === true,
+    values.force === true,
+    values.steps === true,
+    values.outcome === true,
+  ];
+  const token = str(values.token);
   return withStore(target, async ({ store }) => {
     const events: IdempotencyEvent[] = [];
     const admin = idempotencyAdmin({
@@ -89,11 +95,17 @@ const release: Command = async (values, io) => {
         io.stderr(JSON.stringify(event));
       },
     });
-    const result = await admin.release(ref, { confirm, force, steps });
+    const result = await admin.release(ref, { confirm, force, steps, outcome, token });
     const doc = events[0] === undefined ? result : { ...result, event: events[0] };
     print(io, json, doc, () => [...recordLines(result.record, ref), '', ...releaseLines(result, steps)]);
     if (result.done) return EXIT.ok;
-    return { absent: EXIT.absent, unconfirmed: EXIT.refused, live: EXIT.refused, changed: EXIT.changed }[result.reason];
+    return {
+      absent: EXIT.absent,
+      unconfirmed: EXIT.refused,
+      live: EXIT.refused,
+      outcome: EXIT.refused,
+      changed: EXIT.changed,
+    }[result.reason];
   });
 };
 

@@ -34,6 +34,13 @@ const STATE_TEXT: Record<'absent' | RecordState, string> = {
   failed: 'failed: a stored error; a retry with this key replays the error',
 };
 
+const MARKER_TEXT: Record<'unreplayable' | 'response_too_large', string> = {
+  unreplayable:
+    'failed (marker: unreplayable): the operation RAN, and its result could not be stored; a retry with this key gets outcome_unreplayable rather than running it again',
+  response_too_large:
+    'failed (marker: response_too_large): the operation RAN, and its result was over maxResponseBytes; a retry with this key gets response_too_large rather than running it again',
+};
+
 /** What the lease of a claim says of its holder. */
 export function leaseText(
   rec: { expiresAt?: number; lockTtl?: number; renewedAt?: number; live?: boolean },
@@ -58,7 +65,7 @@ export function recordLines(rec: InspectedRecord, named?: { scope?: string; key?
       : ` (${named.scope === undefined ? 'no scope' : `scope ${named.scope}`}, key ${named.key})`;
   lines.push(['procedure', `${rec.procedure}${about}`]);
   lines.push(['keyHash', `${rec.keyHash} (the events of this key carry it)`]);
-  lines.push(['state', STATE_TEXT[rec.state]]);
+  lines.push(['state', rec.marker === undefined ? STATE_TEXT[rec.state] : MARKER_TEXT[rec.marker]]);
   if (rec.state !== 'absent') {
     const attempt = rec.token === undefined ? '' : ` by attempt ${rec.token}`;
     lines.push([
@@ -132,7 +139,15 @@ export function releaseLines(result: ReleaseResult, steps: boolean): string[] {
           : 'No record is held or stored under this key: there is nothing to release.',
       ];
     case 'unconfirmed':
-      return [`Dry run, nothing was deleted: this would ${act}. ${risk}`, 'Run it again with --confirm to do it.'];
+      return [
+        `Dry run, nothing was deleted: this would ${act}. ${risk}`,
+        `Run it again with --confirm${rec.state === 'completed' || rec.state === 'failed' ? ' --outcome' : ''}${rec.token === undefined ? '' : ` --token ${rec.token}`} to do it (--token: only if the same attempt still holds it).`,
+      ];
+    case 'outcome':
+      return [
+        `Refused, nothing was deleted: this would ${act}.${rec.marker === undefined ? '' : ' The operation ran: its result could not be kept, and retries get that error instead of running it again.'} ${risk}`,
+        'If that is what you want, run it again with --outcome.',
+      ];
     case 'live': {
       const why =
         rec.live === true

@@ -1,6 +1,7 @@
 import { IdempotencyConfigError } from './errors.js';
 import { hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { nameOfRecordId, recordId } from './key.js';
+import { markerOf, TOO_LARGE_BODY, UNREPLAYABLE_BODY } from './outcome.js';
 import type { IdempotencyStore, RecordState } from './store.js';
 import type { RecordInfo, RecordSummary, StoreAdmin } from './store-admin.js';
 
@@ -25,6 +26,13 @@ export interface InspectedRecord extends RecordInfo {
   /** While in progress: when the claim was last taken or renewed (`expiresAt - lockTtl`), when the store knows. */
   renewedAt?: number;
   /**
+   * A `failed` record that holds no error but a marker: the operation ran,
+   * and its outcome could not be kept (`unreplayable`: it could not be
+   * serialized; `response_too_large`: over `maxResponseBytes`). Retries get
+   * that error rather than a second run; forgetting it lets one run again.
+   */
+  marker?: 'unreplayable' | 'response_too_large';
+  /**
    * While in progress: its holder renewed it less than half a lease ago. A
    * running holder renews every third of its lease; half leaves room for a
    * renewal on its way. A release could then run the operation twice. Undefined when the store cannot tell (no `lockTtl`).
@@ -48,6 +56,15 @@ export interface ReleaseInput {
   force?: boolean;
   /** Delete the recorded steps too: the next attempt runs every step again. @default false */
   steps?: boolean;
+  /**
+   * Forget a stored outcome (a `completed` or `failed` record): required for
+   * one, since a retry then runs the operation again. Without it, a claim
+   * that completed after the operator looked is not forgotten by mistake.
+   * @default false
+   */
+  outcome?: boolean;
+  /** Only if the record still carries this token: the attempt the operator inspected. */
+  token?: string;
 }
 
 /** Why `release` did nothing. */
@@ -58,6 +75,8 @@ export type ReleaseRefusal =
   | 'unconfirmed'
   /** The claim's holder looks alive and `force` was not given. */
   | 'live'
+  /** The record holds a stored outcome and `outcome` was not given. */
+  | 'outcome'
   /** The record changed between the read and the delete (completed, released, taken over): nothing was deleted. */
   | 'changed';
 
@@ -127,6 +146,8 @@ export interface IdempotencyAdminOptions {
   pageSize?: number;
 }
 
+/** The sizes of the markers stored for an outcome that ran but could not be kept. */
+const MARKER_BYTES = new Set([Buffer.byteLength(UNREPLAYABLE_BODY), Buffer.byteLength(TOO_LARGE_BODY)]);
 const emptyCounts = (): Record<RecordState, number> => ({ in_progress: 0, completed: 0, failed: 0 });
 
 /**
@@ -158,8 +179,24 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
   const idOf = (ref: RecordRef) => ('id' in ref ? ref.id : recordId(ref.scope, ref.procedure, ref.key));
 
   async function read(id: string, body: boolean): Promise<InspectedRecord> {
-    const info = await admin!.inspect({ id, body });
-    return { ...info, procedure: nameOfRecordId(id), keyHash: hashRecordId(id), ...liveness(info, info.time) };
+    let info = await admin!.inspect({ id, body });
+    // A marker is a short failed body: read it when the size says it may be one (rarely a second call).
+    if (info.state === 'failed' && !body && MARKER_BYTES.has(info.bytes ?? -1)) {
+      const { body: stored, ...rest } = await admin!.inspect({ id, body: true });
+      info = markerOf(stored ?? '') === undefined ? rest : { ...rest, body: stored };
+    }
+    const record: InspectedRecord = {
+      ...info,
+      procedure: nameOfRecordId(id),
+      keyHash: hashRecordId(id),
+      ...liveness(info, info.time),
+    };
+    const marker = info.state === 'failed' ? markerOf(info.body ?? '') : undefined;
+    if (marker !== undefined) {
+      record.marker = marker;
+      if (!body) delete record.body;
+    }
+    return record;
   }
 
   function report(record: InspectedRecord, started: number, forced: boolean) {
@@ -206,7 +243,7 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
       return read(idOf(ref), body);
     },
 
-    async release(ref, { confirm = false, force = false, steps = false } = {}) {
+    async release(ref, { confirm = false, force = false, steps = false, outcome = false, token } = {}) {
       const started = performance.now();
       const record = await read(idOf(ref), false);
       const refuse = (reason: ReleaseRefusal, message: string): ReleaseResult => ({
@@ -224,6 +261,22 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
           : record.state === 'absent'
             ? 'Deleting the recorded steps makes the next attempt run every step again.'
             : 'Forgetting this outcome makes the next retry with this key run the operation again instead of replaying it.';
+      if (token !== undefined && record.token !== token) {
+        return refuse(
+          'changed',
+          `Nothing was deleted: the record carries the token ${record.token ?? '(none)'}, not ${token}: another attempt holds or stored it. Inspect it again.`,
+        );
+      }
+      if ((record.state === 'completed' || record.state === 'failed') && !outcome) {
+        const ran =
+          record.marker === undefined
+            ? ''
+            : ' The operation ran: its outcome could not be kept, and retries get that error instead of running it again.';
+        return refuse(
+          'outcome',
+          `Refused: the record holds a stored ${record.state === 'completed' ? 'result' : 'error'}.${ran} ${risk} Pass outcome to forget it.`,
+        );
+      }
       if (record.state === 'in_progress' && record.live !== false && !force) {
         const why =
           record.live === true
@@ -235,11 +288,20 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
         );
       }
       if (!confirm && !force) return refuse('unconfirmed', `Nothing was deleted: ${risk} Pass confirm to do it.`);
-      const deleted = await admin!.forget({ id: record.id, state: record.state, token: record.token, steps });
+      // Unforced, a claim renewed since the read (it expires later) is kept: its holder is back.
+      const deleted = await admin!.forget({
+        id: record.id,
+        state: record.state,
+        token: record.token,
+        steps,
+        ...(record.state === 'in_progress' && !force && record.expiresAt !== undefined
+          ? { expiresAt: record.expiresAt }
+          : {}),
+      });
       if (!deleted) {
         return refuse(
           'changed',
-          'Nothing was deleted: the record changed since it was read (it completed, was released or taken over). Inspect it again.',
+          'Nothing was deleted: the record changed since it was read (it completed, was renewed, released or taken over). Inspect it again.',
         );
       }
       report(record, started, force && record.live !== false);

@@ -87,7 +87,11 @@ export interface ListInput {
 
 export interface ListPage {
   records: RecordSummary[];
-  /** How many records (keys, rows) this call read, the filtered-out ones included. */
+  /**
+   * How many records (keys, rows) this call read, the filtered-out ones
+   * included: what a caller's budget counts. On Redis, a page that did not
+   * end the scan counts SCAN's COUNT, the keys it walked, whatever matched.
+   */
   examined: number;
   /** Where to go on; absent once every record was examined. */
   cursor?: string;
@@ -108,6 +112,12 @@ export interface ForgetInput {
   token?: string;
   /** Delete the recorded steps too: the next attempt starts from the first step. @default false */
   steps?: boolean;
+  /**
+   * The record is deleted only if it expires no later than this (ms, the
+   * store's clock; a few ms of rounding allowed): a claim renewed since the
+   * operator's read expires later, and is kept. Absent: no such check.
+   */
+  expiresAt?: number;
 }
 
 /**

@@ -111,15 +111,18 @@ export const LIST_IN_PROGRESS = listPage(`and state = 'in_progress'`);
  * Deletes the record if it is live and still in state $2 with token $3 ($2
  * 'absent': only if there is no live row), then, when $4, the steps under
  * its id, if the record went or was absent. The result: whether a row or a
- * live step was deleted. $1 id, $2 state, $3 token, $4 steps (boolean).
+ * live step was deleted. $1 id, $2 state, $3 token, $4 steps (boolean), $5 the latest
+ * expiry (ms since the epoch) the row may have, 5 ms of rounding allowed (a
+ * claim renewed since the operator's read is kept), or null for no check.
  */
 export const FORGET = statement(
-  ['id', 'state', 'token', 'steps'],
+  ['id', 'state', 'token', 'steps', 'expires'],
   `
     with record as (
       delete from idempotency_keys
        where id = $1 and state = $2::text and token is not distinct from $3::text
          and expires_at > statement_timestamp()
+         and ($5::float8 is null or ${msOf('expires_at')} <= $5::float8 + 5)
       returning 1
     ), steps as (
       delete from idempotency_steps
@@ -190,8 +193,14 @@ export function drizzleAdmin(run: RunStatement): StoreAdmin {
       return page;
     },
 
-    async forget({ id, state, token, steps = false }: ForgetInput): Promise<boolean> {
-      const [row] = await run(FORGET, { id, state, token: token ?? null, steps: steps === true });
+    async forget({ id, state, token, steps = false, expiresAt }: ForgetInput): Promise<boolean> {
+      const [row] = await run(FORGET, {
+        id,
+        state,
+        token: token ?? null,
+        steps: steps === true,
+        expires: expiresAt ?? null,
+      });
       return row?.deleted === true;
     },
   };

@@ -36,6 +36,8 @@ export interface MemoryInternals<R extends AdminView> {
 }
 
 const DEFAULT_LIMIT = 1_000;
+/** How much later than the operator's `expiresAt` a record may expire and still count as unrenewed (see ForgetInput). */
+export const EXPIRY_ROUNDING = 5;
 
 /** The memory store's {@link StoreAdmin}: pages of ids in sorted order, the cursor being the last id read. */
 export function memoryAdmin<R extends AdminView>(internals: MemoryInternals<R>): StoreAdmin {
@@ -92,7 +94,7 @@ export function memoryAdmin<R extends AdminView>(internals: MemoryInternals<R>):
       return result;
     },
 
-    async forget({ id, state, token, steps = false }: ForgetInput): Promise<boolean> {
+    async forget({ id, state, token, steps = false, expiresAt }: ForgetInput): Promise<boolean> {
       const time = now();
       const rec = live(id, time);
       let deleted = false;
@@ -100,6 +102,7 @@ export function memoryAdmin<R extends AdminView>(internals: MemoryInternals<R>):
         if (rec !== undefined) return false;
       } else {
         if (rec === undefined || rec.state !== state || rec.token !== token) return false;
+        if (expiresAt !== undefined && rec.expiresAt > expiresAt + EXPIRY_ROUNDING) return false;
         drop(id, rec);
         deleted = true;
       }

@@ -192,19 +192,23 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
         records.push(record);
       }
 
-      const page: ListPage = { records, examined: keys.length, time };
+      // SCAN walks about COUNT keys of the keyspace, the store's or not, and answers those MATCH lets
+      // through: a page that did not end its node's scan is charged COUNT, so `max` bounds the walk.
+      const examined = String(next) === '0' ? keys.length : Math.max(keys.length, count);
+      const page: ListPage = { records, examined, time };
       if (String(next) !== '0') page.cursor = connection.isCluster ? `${at.node}:${next}` : String(next);
       else if (!over && at.node + 1 < nodes.length) page.cursor = `${at.node + 1}:0`;
       return page;
     },
 
-    async forget({ id, state, token, steps = false }: ForgetInput): Promise<boolean> {
+    async forget({ id, state, token, steps = false, expiresAt }: ForgetInput): Promise<boolean> {
       const code = CODE_OF[state];
       if (code === undefined) throw new Error(`redisStore: cannot forget a record in state ${String(state)}.`);
       if (state !== 'absent' && token === undefined) return false;
       const key = keyOf(id);
       const keys: [number, ...string[]] = steps ? [2, key, `${key}:steps`] : [1, key];
-      return (await run(FORGET, keys, [code, token ?? '', channel, key])) === 1;
+      const latest = expiresAt === undefined ? '' : Math.floor(expiresAt);
+      return (await run(FORGET, keys, [code, token ?? '', channel, key, latest])) === 1;
     },
   };
 }

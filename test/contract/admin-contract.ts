@@ -219,6 +219,20 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       expect((await store.claim({ id: done, fingerprint: 'fp', token: 'c', lockTtl: 10_000 })).state).toBe('acquired');
     });
 
+    it('keeps a claim renewed since the operator read it (it expires later than the expiry given)', async () => {
+      const { store } = await create();
+      const admin = adminOf(store);
+      const id = recordId('u1', procedure(), randomUUID());
+      await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      const seen = await admin.inspect({ id });
+      expect(await store.extend({ id, token: 'a', lockTtl: 20_000, fingerprint: 'fp' })).toBe(true);
+      expect(await admin.forget({ id, state: 'in_progress', token: 'a', expiresAt: seen.expiresAt! })).toBe(false);
+      expect((await admin.inspect({ id })).state).toBe('in_progress');
+      const renewed = await admin.inspect({ id });
+      expect(await admin.forget({ id, state: 'in_progress', token: 'a', expiresAt: renewed.expiresAt! })).toBe(true);
+      expect((await admin.inspect({ id })).state).toBe('absent');
+    });
+
     it('forgets steps only when asked: with the record, or alone', async () => {
       const { store } = await create();
       if (store.saveStep === undefined) return;

@@ -51,7 +51,7 @@ await client.quit();
     body: expect.stringContaining('"charged":5'),
   });
   // forgotten, so that the test leaves nothing behind
-  const released = await npx(['release', ...name, '--confirm', '--json']);
+  const released = await npx(['release', ...name, '--confirm', '--outcome', '--json']);
   expect(released.output).toContain('"result":"forgotten"');
 
   // no pg in this project: the command names what to install, and exits with 1

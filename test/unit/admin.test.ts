@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
 import {
   IdempotencyConfigError,
   type IdempotencyEvent,
@@ -43,7 +44,7 @@ describe('idempotencyAdmin', () => {
     expect(await admin.inspect(ref)).toMatchObject({ id, procedure: 'payments.charge', state: 'in_progress' });
   });
 
-  it('tells a live claim (renewed within the last third of its lease) from one whose holder stopped renewing', async () => {
+  it('tells a live claim (renewed less than half a lease ago) from one whose holder stopped renewing', async () => {
     const { admin, store, advance } = setup();
     await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
     const fresh = await admin.inspect(ref);
@@ -111,18 +112,121 @@ describe('idempotencyAdmin', () => {
       expect(events).toEqual([expect.objectContaining({ result: 'released', reason: 'operator' })]);
     });
 
-    it('forgets a stored outcome when confirmed, as a forgotten event with its state', async () => {
+    it('forgets a stored outcome only with outcome and confirm, as a forgotten event with its state', async () => {
       const { admin, store, events } = setup();
       await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
       await store.complete({ id, fingerprint: 'fp', token: 't', state: 'failed', body: '{"e":1}', ttl: 60_000 });
-      const dry = await admin.release(ref);
-      if (dry.done) throw new Error('a dry run deleted');
-      expect(dry.message).toMatch(/run the operation again instead of replaying it/);
-      expect(await admin.release(ref, { confirm: true })).toMatchObject({ done: true, record: { state: 'failed' } });
+      const refused = await admin.release(ref, { confirm: true });
+      expect(refused).toMatchObject({ done: false, reason: 'outcome' });
+      if (refused.done) throw new Error('forgotten without outcome');
+      expect(refused.message).toMatch(/holds a stored error\. Forgetting this outcome makes the next retry/);
+      expect(refused.message).toMatch(/run the operation again instead of replaying it\. Pass outcome/);
+      expect(await admin.release(ref, { outcome: true })).toMatchObject({ done: false, reason: 'unconfirmed' });
+      expect(events).toEqual([]);
+      expect(await admin.release(ref, { confirm: true, outcome: true })).toMatchObject({
+        done: true,
+        record: { state: 'failed' },
+      });
       expect(events).toEqual([
         expect.objectContaining({ result: 'forgotten', reason: 'operator', state: 'failed', store: 'memory' }),
       ]);
       expect((await store.claim({ id, fingerprint: 'fp', token: 't2', lockTtl: 3_000 })).state).toBe('acquired');
+    });
+
+    it('a claim that completed after the dry run is not forgotten by the confirm meant for the claim', async () => {
+      const { admin, store, events, advance } = setup();
+      await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
+      advance(2_000);
+      expect(await admin.release(ref)).toMatchObject({
+        done: false,
+        reason: 'unconfirmed',
+        record: { state: 'in_progress' },
+      });
+      await store.complete({ id, fingerprint: 'fp', token: 't', state: 'completed', body: '"charged"', ttl: 60_000 });
+      expect(await admin.release(ref, { confirm: true })).toMatchObject({ done: false, reason: 'outcome' });
+      expect(await admin.inspect(ref)).toMatchObject({ state: 'completed' });
+      expect(events).toEqual([]);
+    });
+
+    it('with token: only the attempt the operator inspected', async () => {
+      const { admin, store, advance } = setup();
+      await store.claim({ id, fingerprint: 'fp', token: 'first', lockTtl: 3_000 });
+      advance(2_000);
+      const refused = await admin.release(ref, { confirm: true, token: 'other' });
+      expect(refused).toMatchObject({ done: false, reason: 'changed' });
+      if (refused.done) throw new Error('released another attempt');
+      expect(refused.message).toMatch(/carries the token first, not other/);
+      expect(await admin.release(ref, { confirm: true, token: 'first' })).toMatchObject({ done: true });
+    });
+
+    it('keeps a claim whose holder renewed it between the read and the delete, unless forced', async () => {
+      const { store, advance } = setup();
+      await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
+      advance(2_000);
+      // the paused holder comes back right after the operator's read, and renews
+      const renewing: IdempotencyStore = {
+        ...store,
+        admin: {
+          ...store.admin,
+          async inspect(input) {
+            const info = await store.admin.inspect(input);
+            await store.extend({ id, token: 't', lockTtl: 3_000, fingerprint: 'fp' });
+            return info;
+          },
+        },
+      };
+      const admin = idempotencyAdmin({ store: renewing });
+      expect(await admin.release(ref, { confirm: true })).toMatchObject({ done: false, reason: 'changed' });
+      expect((await store.admin.inspect({ id })).state).toBe('in_progress');
+      expect(await admin.release(ref, { force: true })).toMatchObject({ done: true });
+    });
+
+    it('tells a marker (the operation ran, its outcome could not be kept) from a stored error', async () => {
+      const { admin, store } = setup();
+      await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
+      await store.complete({
+        id,
+        fingerprint: 'fp',
+        token: 't',
+        state: 'failed',
+        body: UNREPLAYABLE_BODY,
+        ttl: 60_000,
+      });
+      const record = await admin.inspect(ref);
+      expect(record).toMatchObject({ state: 'failed', marker: 'unreplayable', bytes: UNREPLAYABLE_BODY.length });
+      expect(record.body).toBeUndefined();
+      expect((await admin.inspect(ref, { body: true })).body).toBe(UNREPLAYABLE_BODY);
+      const refused = await admin.release(ref, { confirm: true });
+      if (refused.done) throw new Error('forgotten without outcome');
+      expect(refused.message).toMatch(/The operation ran: its outcome could not be kept/);
+
+      const other = { ...ref, key: 'k2' };
+      const otherId = recordId(other.scope, other.procedure, other.key);
+      await store.claim({ id: otherId, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
+      await store.complete({
+        id: otherId,
+        fingerprint: 'fp',
+        token: 't',
+        state: 'failed',
+        body: TOO_LARGE_BODY,
+        ttl: 60_000,
+      });
+      expect(await admin.inspect(other)).toMatchObject({ marker: 'response_too_large' });
+      // an error of a marker's size that is not one
+      const plain = { ...ref, key: 'k3' };
+      const plainId = recordId(plain.scope, plain.procedure, plain.key);
+      await store.claim({ id: plainId, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
+      await store.complete({
+        id: plainId,
+        fingerprint: 'fp',
+        token: 't',
+        state: 'failed',
+        body: 'x'.repeat(UNREPLAYABLE_BODY.length),
+        ttl: 60_000,
+      });
+      const notMarker = await admin.inspect(plain);
+      expect(notMarker.marker).toBeUndefined();
+      expect(notMarker.body).toBeUndefined();
     });
 
     it('deletes the steps left by a released claim only with steps', async () => {
@@ -193,7 +297,7 @@ describe('idempotencyAdmin', () => {
 
     const stuck = await admin.stuck({ olderThan: 30_000 });
     expect(stuck.records.map((r) => r.token)).toEqual(['old', 'middle']);
-    // lockTtl 600 s, claimed 121 s ago: within the first third of its lease, as a renewing holder keeps it
+    // lockTtl 600 s, claimed 121 s ago: less than half a lease ago, as a renewing holder keeps it
     expect(stuck.records[0]).toMatchObject({ procedure: 'pay', live: true, state: 'in_progress' });
     expect(stuck).toMatchObject({ complete: true, examined: 4 });
     expect((await admin.stuck({ olderThan: 30_000, procedure: 'pay' })).records.map((r) => r.token)).toEqual(['old']);
