@@ -52,11 +52,14 @@ export interface PostgresConnection extends Connection {
   query(text: string): Promise<Record<string, unknown>[]>;
 }
 
-/** A URL with its password hidden, for messages. */
+/** A URL with its password hidden, for messages: in its user part and in its query (`?password=`). */
 export function redact(url: string): string {
   try {
     const u = new URL(url);
     if (u.password !== '') u.password = '***';
+    for (const name of [...u.searchParams.keys()]) {
+      if (/pass|secret|token|key/i.test(name)) u.searchParams.set(name, '***');
+    }
     return u.toString();
   } catch {
     return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
@@ -309,6 +312,9 @@ export async function connectPostgres(target: PostgresTarget, table: boolean): P
     connectionString: target.url,
     max: 2,
     connectionTimeoutMillis: CONNECT_TIMEOUT,
+    // an operator's command waits at most this long on a statement or a row lock, never forever
+    statement_timeout: 30_000,
+    lock_timeout: 10_000,
     ...(target.schema === undefined ? {} : { options: searchPathOption(target.schema) }),
   });
   pool.on('error', () => {});
@@ -320,9 +326,13 @@ export async function connectPostgres(target: PostgresTarget, table: boolean): P
     throw unreachable('PostgreSQL', redact(target.url), error);
   }
   if (table) {
-    const [row] = await query(
-      "select to_regclass('idempotency_keys') is not null as found, current_schema() as schema",
-    );
+    let row: Record<string, unknown> | undefined;
+    try {
+      [row] = await query("select to_regclass('idempotency_keys') is not null as found, current_schema() as schema");
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
     if (row?.found !== true) {
       await pool.end().catch(() => {});
       const at = target.schema ?? (row?.schema === null ? "the server's search_path (no schema)" : String(row?.schema));

@@ -534,6 +534,7 @@ describe('the command line', () => {
       ['--redis', 'redis://127.0.0.1:1', '--cluster'],
       ['--redis', 'redis://:secret@127.0.0.1:1', '--cluster', '--redis-client', 'node-redis'],
       ['--database-url', 'postgres://postgres:secret@127.0.0.1:1/test'],
+      ['--database-url', 'postgres://postgres@127.0.0.1:1/test?password=secret&sslmode=disable'],
     ]) {
       const { code, stderr, stdout, ms } = await cli.run(['stats', ...args, '--json']);
       expect(code, args.join(' ')).toBe(1);
