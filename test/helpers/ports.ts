@@ -28,6 +28,7 @@ import {
   linkSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   renameSync,
   unlinkSync,
@@ -72,6 +73,9 @@ function ensureDir() {
     chmodSync(DIR, 0o1777); // shared by every user who runs the tests here (CI as root, a developer as himself)
   } catch {} // another user's directory: it is open to everyone already
   dirReady = true;
+  // Once per process: the locks of processes that died without removing them (a worker killed by a signal)
+  // (takeOverStale removes such a lock, and leaves any other alone).
+  for (const name of readdirSync(DIR)) if (/^\d+$/.test(name)) takeOverStale(lockOf(Number(name)));
 }
 
 function running(pid: number): boolean {
