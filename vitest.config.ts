@@ -2,11 +2,11 @@ import { defineConfig } from 'vitest/config';
 
 // npm run test:unit: test/unit (one module at a time; the bench's own helpers too), test/stores (each store against real Redis and PostgreSQL),
 // test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the client link).
-// The example app's end-to-end suite, the fault suite and the stacks suite have configs of their own.
+// The example app's end-to-end suite, the fault suite and the stacks suite (with the CLI's tests) have configs of their own.
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    exclude: ['test/e2e/**', 'test/faults/**', 'test/stacks/**', '**/node_modules/**'],
+    exclude: ['test/e2e/**', 'test/faults/**', 'test/stacks/**', 'test/cli/**', '**/node_modules/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // The files wait mostly on Redis, PostgreSQL, timers and child processes: two at a time on 2 cores

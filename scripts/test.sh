@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm test: the four suites, unit, e2e, faults and stacks, stopping at the first that fails. The stacks
+# npm test: the four suites, unit, e2e, faults and stacks (with the CLI's tests), stopping at the first that fails. The stacks
 # suite waits mostly on npm and next, so it runs beside e2e and faults (the unit suite's timeouts are
 # the tightest: it runs alone); its output is printed when they have ended.
 # It installs the package packed once here, or the tarball TRPC_IDEMPOTENCY_TGZ names (.ci/run's
