@@ -193,7 +193,9 @@ ${EXIT_CODES_HELP}`,
 
 Applies this package's migrations (migrateIdempotencyKeys from trpc-idempotency/drizzle)
 and prints how many it applied (0: up to date). Safe while instances start: it takes
-an advisory lock. The table goes in the first schema of the search_path (--schema).
+an advisory lock. On a table of millions of rows, migration 0002 builds an index that
+makes claims wait meanwhile: see docs/stores.md (Creating the table) first. The table
+goes in the first schema of the search_path (--schema).
 
   --database-url URL     PostgreSQL
   --schema S             create the table in schema S (the connection's search_path)
