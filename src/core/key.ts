@@ -84,7 +84,8 @@ const toEscape = new RegExp(needsEscape.source, 'g');
 export function hasLoneSurrogate(text: string): boolean {
   return loneSurrogate.test(text);
 }
-function escapePart(part: string): string {
+/** One part of a record id (scope, name or key) as the id holds it: escaped, with no `:` in it. */
+export function escapePart(part: string): string {
   return needsEscape.test(part)
     ? part.replace(toEscape, (ch) => {
         const code = ch.charCodeAt(0);

@@ -1,4 +1,4 @@
-import { recordId } from '../core/key.js';
+import { escapePart } from '../core/key.js';
 import { checkWholeNumber } from '../core/options.js';
 import type { RecordState } from '../core/store.js';
 import type {
@@ -181,7 +181,7 @@ export function drizzleAdmin(run: RunStatement): StoreAdmin {
         limit,
         state: state ?? null,
         // The name as the id holds it: its middle part, escaped (no ':' in it).
-        name: name === undefined ? null : recordId(undefined, name, '').slice(1, -1),
+        name: name === undefined ? null : escapePart(name),
         olderThan: olderThan === undefined ? null : ms(olderThan),
       });
       if (row === undefined) throw new Error('drizzleStore: the list statement returned no row.');

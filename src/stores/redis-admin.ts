@@ -1,7 +1,7 @@
 /* biome-ignore-all lint/suspicious/noExplicitAny: a Cluster's masters are reached through the clients' own objects
    (ioredis's `nodes()`, node-redis's `masters` and `nodeClient()`), described by what is called on them */
 
-import { nameOfRecordId, recordId } from '../core/key.js';
+import { escapePart, nameOfRecordId } from '../core/key.js';
 import type { RecordState } from '../core/store.js';
 import type {
   ForgetInput,
@@ -26,11 +26,6 @@ const CODE_OF: Record<ForgetInput['state'], string> = { absent: 'a', in_progress
 /** A Redis glob that matches `text` literally (SCAN's MATCH). */
 export function globEscape(text: string): string {
   return text.replace(/[*?[\]\\]/g, (ch) => `\\${ch}`);
-}
-
-/** The operation name as a record id carries it (escaped as `recordId` escapes it). */
-function escapedName(name: string): string {
-  return recordId(undefined, name, '').split(':')[1]!;
 }
 
 /** HMGET s f t c l w, as the scripts answer it. */
@@ -155,7 +150,7 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
       const node = nodes[at.node] ?? nodes[0]!;
       const over = at.node >= nodes.length;
       // `<prefix>{*}`: records only (a steps key ends in `}:steps`, a fence marker in `fence`).
-      const match = `${globEscape(scanned)}{${name === undefined ? '*' : `*:${globEscape(escapedName(name))}:*`}}`;
+      const match = `${globEscape(scanned)}{${name === undefined ? '*' : `*:${globEscape(escapePart(name))}:*`}}`;
       const count = Math.max(1, Math.floor(limit));
       const [clock, reply] = (await Promise.all([
         node.send(['TIME']),

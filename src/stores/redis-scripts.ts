@@ -13,8 +13,9 @@ import { createHash } from 'node:crypto';
  *   w  '1' if a request waits for this claim to settle (only while in progress)
  *   c  when the claim that holds the record (or stored its outcome) took it: ms, Redis's
  *      clock (kept once finished; absent on records of versions before it)
- *   l  the lockTtl of the claim's last take or renewal (only while in progress):
- *      with the TTL, when it was last renewed. Both are for operators (redis-admin.ts).
+ *   l  the lockTtl of the claim's last take or renewal: with the TTL, when it was last
+ *      renewed (left on a finished record, where it means nothing). Both are for operators
+ *      (redis-admin.ts).
  * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
  *
  * The steps an operation recorded (see SAVE_STEP) are a second hash beside it,
@@ -43,6 +44,17 @@ function script(source: string): RedisScript {
 }
 
 /**
+ * `clock()`: Redis's clock in ms, for the scripts that are not on a request's path (defining a
+ * function costs every call of a script; CLAIM reads TIME inline).
+ */
+const CLOCK = `
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+`;
+
+/**
  * The restart fence, shared by the scripts that can meet an absent record.
  * `fenced(marker, now, window)` answers the time until which claims of absent
  * records are refused, or nil when the store remembers. A missing marker means
@@ -50,11 +62,7 @@ function script(source: string): RedisScript {
  * so for `window` ms (the caller's lockTtl) from then an absent record may be
  * one a holder still runs, whose renewal or completion has not landed yet.
  */
-const FENCE = `
-local function clock()
-  local t = redis.call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
+const FENCE = `${CLOCK}
 local function fenced(marker, now, window)
   local lost = redis.call('GET', marker)
   if not lost then
@@ -257,9 +265,8 @@ export const { CLAIM, COMPLETE, RELEASE, EXTEND, SAVE_STEP } = UNFENCED;
 // it. None of them touches the restart fence's marker, with the fence or without.
 
 /** The part of a record an operator reads: Redis's clock, the fields, the TTL and the outcome's size. */
-const SUMMARY_LUA = `
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+const SUMMARY_LUA = `${CLOCK}
+local now = clock()
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'c', 'l', 'w')
 if not rec[1] then return {now} end
 return {now, rec, redis.call('PTTL', KEYS[1]), redis.call('HSTRLEN', KEYS[1], 'b')}
@@ -278,9 +285,8 @@ const summary = () => script(SUMMARY_LUA);
  * ({} when absent), steps a flat list of each step's name and result bytes, body nil unless asked.
  */
 const inspect = () =>
-  script(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  script(`${CLOCK}
+local now = clock()
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'c', 'l', 'w')
 local record = {}
 local body = false
@@ -311,7 +317,7 @@ return {now, record, steps, stepsTtl, body}
  * deleted, else 0.
  */
 const forget = () =>
-  script(`
+  script(`${CLOCK}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 local deleted = 0
 if ARGV[1] == 'a' then
@@ -319,8 +325,7 @@ if ARGV[1] == 'a' then
 else
   if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] then return 0 end
   if ARGV[5] ~= '' then
-    local t = redis.call('TIME')
-    local expires = t[1] * 1000 + math.floor(t[2] / 1000) + redis.call('PTTL', KEYS[1])
+    local expires = clock() + redis.call('PTTL', KEYS[1])
     if expires > tonumber(ARGV[5]) + 5 then return 0 end
   end
   redis.call('DEL', KEYS[1])
