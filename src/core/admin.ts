@@ -179,24 +179,20 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
   const idOf = (ref: RecordRef) => ('id' in ref ? ref.id : recordId(ref.scope, ref.procedure, ref.key));
 
   async function read(id: string, body: boolean): Promise<InspectedRecord> {
-    let info = await admin!.inspect({ id, body });
+    const info = await admin!.inspect({ id, body });
     // A marker is a short failed body: read it when the size says it may be one (rarely a second call).
-    if (info.state === 'failed' && !body && MARKER_BYTES.has(info.bytes ?? -1)) {
-      const { body: stored, ...rest } = await admin!.inspect({ id, body: true });
-      info = markerOf(stored ?? '') === undefined ? rest : { ...rest, body: stored };
+    let stored = info.body;
+    if (info.state === 'failed' && stored === undefined && MARKER_BYTES.has(info.bytes ?? -1)) {
+      stored = (await admin!.inspect({ id, body: true })).body;
     }
-    const record: InspectedRecord = {
+    const marker = info.state === 'failed' ? markerOf(stored ?? '') : undefined;
+    return {
       ...info,
       procedure: nameOfRecordId(id),
       keyHash: hashRecordId(id),
       ...liveness(info, info.time),
+      ...(marker === undefined ? {} : { marker }),
     };
-    const marker = info.state === 'failed' ? markerOf(info.body ?? '') : undefined;
-    if (marker !== undefined) {
-      record.marker = marker;
-      if (!body) delete record.body;
-    }
-    return record;
   }
 
   function report(record: InspectedRecord, started: number, forced: boolean) {
