@@ -99,6 +99,9 @@ export interface ListPage {
   time: number;
 }
 
+/** How much later than `ForgetInput.expiresAt` a record may expire and still count as not renewed: clocks read in ms round. */
+export const EXPIRY_ROUNDING = 5;
+
 export interface ForgetInput {
   id: string;
   /**

@@ -10,6 +10,7 @@ import type {
   RecordSummary,
   StoreAdmin,
 } from '../core/store-admin.js';
+import { EXPIRY_ROUNDING } from '../core/store-admin.js';
 import { decodeBody, ms, type Statement, statement } from './drizzle-statements.js';
 
 // The PostgreSQL store's operator API (StoreAdmin): one statement per call,
@@ -112,8 +113,8 @@ export const LIST_IN_PROGRESS = listPage(`and state = 'in_progress'`);
  * 'absent': only if there is no live row), then, when $4, the steps under
  * its id, if the record went or was absent. The result: whether a row or a
  * live step was deleted. $1 id, $2 state, $3 token, $4 steps (boolean), $5 the latest
- * expiry (ms since the epoch) the row may have, 5 ms of rounding allowed (a
- * claim renewed since the operator's read is kept), or null for no check.
+ * expiry (ms since the epoch) the row may have (a claim renewed since the
+ * operator's read is kept), or null for no check.
  */
 export const FORGET = statement(
   ['id', 'state', 'token', 'steps', 'expires'],
@@ -122,7 +123,7 @@ export const FORGET = statement(
       delete from idempotency_keys
        where id = $1 and state = $2::text and token is not distinct from $3::text
          and expires_at > statement_timestamp()
-         and ($5::float8 is null or ${msOf('expires_at')} <= $5::float8 + 5)
+         and ($5::float8 is null or ${msOf('expires_at')} <= $5::float8)
       returning 1
     ), steps as (
       delete from idempotency_steps
@@ -199,7 +200,7 @@ export function drizzleAdmin(run: RunStatement): StoreAdmin {
         state,
         token: token ?? null,
         steps: steps === true,
-        expires: expiresAt ?? null,
+        expires: expiresAt === undefined ? null : expiresAt + EXPIRY_ROUNDING,
       });
       return row?.deleted === true;
     },

@@ -9,6 +9,7 @@ import type {
   RecordSummary,
   StoreAdmin,
 } from '../core/store-admin.js';
+import { EXPIRY_ROUNDING } from '../core/store-admin.js';
 
 /** What the memory store keeps of a record that its admin reads. */
 export interface AdminView {
@@ -36,8 +37,6 @@ export interface MemoryInternals<R extends AdminView> {
 }
 
 const DEFAULT_LIMIT = 1_000;
-/** How much later than the operator's `expiresAt` a record may expire and still count as unrenewed (see ForgetInput). */
-export const EXPIRY_ROUNDING = 5;
 
 /** The memory store's {@link StoreAdmin}: pages of ids in sorted order, the cursor being the last id read. */
 export function memoryAdmin<R extends AdminView>(internals: MemoryInternals<R>): StoreAdmin {

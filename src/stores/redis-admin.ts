@@ -12,6 +12,7 @@ import type {
   RecordSummary,
   StoreAdmin,
 } from '../core/store-admin.js';
+import { EXPIRY_ROUNDING } from '../core/store-admin.js';
 import type { RedisClient, RedisCommand, RedisConnection } from './redis-client.js';
 import { scriptRunner } from './redis-script-runner.js';
 import { ADMIN } from './redis-scripts.js';
@@ -202,7 +203,7 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
       if (state !== 'absent' && token === undefined) return false;
       const key = keyOf(id);
       const keys: [number, ...string[]] = steps ? [2, key, `${key}:steps`] : [1, key];
-      const latest = expiresAt === undefined ? '' : Math.floor(expiresAt);
+      const latest = expiresAt === undefined ? '' : Math.floor(expiresAt) + EXPIRY_ROUNDING;
       return (await run(FORGET, keys, [code, token ?? '', channel, key, latest])) === 1;
     },
   };

@@ -309,7 +309,7 @@ return {now, record, steps, stepsTtl, body}
  * KEYS[1] record key, KEYS[2] its steps key (only when they go too)
  * ARGV[1] the state the operator saw ('a' absent, 'p', 'c', 'f'), ARGV[2] its token,
  * ARGV[3] notify channel, ARGV[4] notify message (as for RELEASE), ARGV[5] the latest expiry (ms,
- * Redis's clock) the record may have, 5 ms of rounding allowed (a claim renewed since is kept), or ''
+ * Redis's clock) the record may have (a claim renewed since is kept), or ''
  * Deletes the record if it is still in that state with that token (absent: deletes nothing but
  * the steps), and the steps with KEYS[2]. A deleted record is published on the settled channel, as
  * a release publishes it, whether or not a waiter flagged it (`w`): an operator's delete is rare,
@@ -326,7 +326,7 @@ else
   if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] then return 0 end
   if ARGV[5] ~= '' then
     local expires = clock() + redis.call('PTTL', KEYS[1])
-    if expires > tonumber(ARGV[5]) + 5 then return 0 end
+    if expires > tonumber(ARGV[5]) then return 0 end
   end
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
