@@ -15,4 +15,9 @@ export interface Attempt {
   readonly name: string;
   /** The hashed id events carry; undefined when nobody listens. */
   readonly keyHash: string | undefined;
+  /**
+   * When its last claim was sent (performance.now() time; set by the guarded store): the claim
+   * lives lockTtl from when the store took it, which is no earlier.
+   */
+  claimSentAt: number;
 }

@@ -72,6 +72,7 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
       codec: (input.codec ?? jsonCodec) as OutcomeCodec<unknown>,
       name,
       keyHash: onEvent === undefined ? undefined : hashRecordId(id),
+      claimSentAt: 0,
     };
     const { keyHash } = attempt;
 

@@ -125,7 +125,9 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
   async function claim(attempt: Attempt, waiting: boolean, quiet = false): Promise<Answer> {
     const { id, token, policy } = attempt;
     for (let tries = 1; ; tries++) {
-      const sentAt = performance.timeOrigin + performance.now(); // engineTime(), and the timeout's start
+      const sent = performance.now();
+      attempt.claimSentAt = sent;
+      const sentAt = performance.timeOrigin + sent; // engineTime(), and the timeout's start
       const deadline = clock.deadline(sentAt, policy.storeTimeout);
       const input = { id, fingerprint: attempt.fp, token, lockTtl: policy.lockTtl, waiting, deadline };
       const result = await guarded('claim', attempt, () => store.claim(input), {
@@ -149,7 +151,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
             'The idempotency store answered the claim as late twice: its clock jumps ahead of this process.',
           ),
         );
-        if (!quiet) report(attempt, 'claim', error, sentAt - performance.timeOrigin);
+        if (!quiet) report(attempt, 'claim', error, sent);
         throw error;
       }
     }

@@ -1,19 +1,28 @@
 import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import type { EngineRuntime } from './runtime.js';
-import { type Timed, type TimerQueue, timerQueue } from './timing.js';
+import { detachedTimeout, type Timed, type TimerQueue, timerQueue } from './timing.js';
 
 type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
 
+/** How often a claim of `lockTtl` is renewed: every third of it. */
+export const renewalPeriod = (lockTtl: number): number => Math.max(Math.floor(lockTtl / 3), 1);
+
 /**
- * Keeps a claim alive while its operation runs by renewing it every
- * `lockTtl / 3`, so a slow but alive operation is never run twice. If the store
- * says the claim is gone, or renewals fail until the claim must have expired,
- * the lease's signal aborts: someone else may now run the operation.
+ * Keeps a claim alive while its operation runs, so a slow but alive operation is never run twice.
  *
- * One object per claimed run, renewed through the shared {@link TimerQueue} of
- * its period: most runs stop it at once, so it makes no timer, closure or
- * AbortController of its own until it needs one.
+ * The store keeps a claim lockTtl from when it took the claim or its last renewal, which is no
+ * earlier than when the engine sent it: so the lease counts lockTtl from the sending of the last
+ * claim or renewal the store confirmed. Renewals go out every lockTtl / 3 from the claim's sending,
+ * whether or not one is still on its way; one that fails or times out is sent again storeTimeout
+ * after it was sent (at once, for a timeout), unless a newer one went out meanwhile. So k renewals
+ * lost in a row are survived when lockTtl / 3 + k × storeTimeout + the time a renewal takes to
+ * reach the store < lockTtl: one at the largest storeTimeout allowed (lockTtl / 3), 19 at the
+ * defaults. Unconfirmed for a whole lockTtl, the claim may have expired: the signal aborts then
+ * (`unconfirmed`), as it does when the store says the claim is another's (`fenced`).
+ *
+ * One object per claimed run, renewed through the shared {@link TimerQueue} of its period: most
+ * runs stop it at once, so it makes no timer, closure or AbortController of its own until it needs one.
  */
 export class Lease implements Timed {
   due = 0;
@@ -25,9 +34,14 @@ export class Lease implements Timed {
   // Created when first read: most operations never look at their signal.
   #controller: AbortController | undefined;
   #lostWith: Error | undefined;
+  /** runtime.now() at the start, for maxRunTime. */
   readonly #startedAt: number;
+  /** When the last claim or renewal the store confirmed was sent (performance.now() time). */
   #confirmedAt: number;
-  #inFlight = false;
+  /** Renewals sent: a failed one is retried only if it is still the latest. */
+  #sent = 0;
+  /** The retry of a renewal that failed, when it waits for its time. */
+  #retry: NodeJS.Timeout | undefined;
   #stopped = false;
 
   constructor(
@@ -35,8 +49,9 @@ export class Lease implements Timed {
     private readonly attempt: Attempt,
   ) {
     this.started = performance.now();
-    this.#startedAt = this.#confirmedAt = runtime.now();
-    timerQueue(Math.max(Math.floor(attempt.policy.lockTtl / 3), 1)).add(this, this.started);
+    this.#startedAt = runtime.now();
+    this.#confirmedAt = attempt.claimSentAt;
+    timerQueue(renewalPeriod(attempt.policy.lockTtl)).addSince(this, attempt.claimSentAt);
   }
 
   /** Aborts when the claim is lost, not when the caller goes away (see `RunOptions.signal`). */
@@ -51,6 +66,10 @@ export class Lease implements Timed {
   stop(): void {
     this.#stopped = true;
     this.queue?.remove(this);
+    if (this.#retry !== undefined) {
+      clearTimeout(this.#retry);
+      this.#retry = undefined;
+    }
   }
 
   /** True once the claim was lost (and reported). */
@@ -70,29 +89,51 @@ export class Lease implements Timed {
 
   /** A renewal is due (the queue calls it every period until stopped). */
   fire(): void {
-    const { lockTtl, maxRunTime } = this.attempt.policy;
-    const { now } = this.runtime;
     this.queue = undefined;
-    timerQueue(Math.max(Math.floor(lockTtl / 3), 1)).add(this, performance.now());
-    if (maxRunTime !== undefined && now() - this.#startedAt >= maxRunTime) {
+    // On the grid of the claim's sending, not of this call (which may come late).
+    timerQueue(renewalPeriod(this.attempt.policy.lockTtl)).addSince(this, this.due);
+    this.#renew();
+  }
+
+  #renew(): void {
+    if (this.#stopped) return;
+    const { lockTtl, maxRunTime } = this.attempt.policy;
+    if (maxRunTime !== undefined && this.runtime.now() - this.#startedAt >= maxRunTime) {
       this.#lose('max_run_time');
       return;
     }
-    if (this.#inFlight) return;
-    this.#inFlight = true;
-    const attemptAt = now();
+    const sentAt = performance.now();
+    if (sentAt - this.#confirmedAt >= lockTtl) {
+      this.#lose('unconfirmed');
+      return;
+    }
+    const n = ++this.#sent;
+    if (this.#retry !== undefined) {
+      clearTimeout(this.#retry);
+      this.#retry = undefined;
+    }
     this.#extend().then(
       (held) => {
-        this.#inFlight = false;
-        if (held) this.#confirmedAt = attemptAt;
-        else this.#lose('fenced');
+        if (!held) this.#lose('fenced');
+        else if (sentAt > this.#confirmedAt) this.#confirmedAt = sentAt;
       },
-      () => {
-        this.#inFlight = false;
-        // The guard reported the failure. Unconfirmed for a whole lockTtl: the claim has expired in the store.
-        if (now() - this.#confirmedAt >= lockTtl) this.#lose('unconfirmed');
-      },
+      // The guard reported the failure.
+      () => this.#failed(n, sentAt),
     );
+  }
+
+  /** Renewal `n`, sent at `sentAt`, failed or timed out: sent again, at the latest when the claim may expire. */
+  #failed(n: number, sentAt: number): void {
+    if (this.#stopped || n !== this.#sent) return; // a newer renewal is on its way: its answer decides
+    const { lockTtl, storeTimeout } = this.attempt.policy;
+    const retryAt = Math.min(sentAt + storeTimeout, this.#confirmedAt + lockTtl);
+    const wait = retryAt - performance.now();
+    if (wait <= 0) this.#renew();
+    else
+      this.#retry = detachedTimeout(() => {
+        this.#retry = undefined;
+        this.#renew();
+      }, Math.ceil(wait));
   }
 
   async #extend(): Promise<boolean> {

@@ -25,7 +25,10 @@ export interface IdempotencyPolicyOptions {
   /**
    * How long a claim lives without renewal, in milliseconds. A crashed holder
    * blocks its key for at most this long. It is renewed every `lockTtl / 3`
-   * while the operation runs, so it need not exceed the operation's duration.
+   * while the operation runs, so it need not exceed the operation's duration;
+   * a failed renewal is sent again `storeTimeout` after it was sent, so k
+   * renewals lost in a row are survived when
+   * `lockTtl / 3 + k × storeTimeout + network delay < lockTtl`.
    * At most 2^31 - 1 (a Node.js timer's limit), and at least 3 x `storeTimeout`.
    * @default 30_000
    */
@@ -139,7 +142,7 @@ export function resolvePolicy(
     throw configError(
       where,
       `storeTimeout (${storeTimeout} ms) is more than a third of lockTtl (${lockTtl} ms). The claim is renewed every lockTtl / 3, ` +
-        'and each renewal must get its answer (or time out) before the next is due, or a lost claim is noticed too late. Raise lockTtl or lower storeTimeout.',
+        'and a renewal lost on the way must time out early enough for the next one to reach the store before the claim expires. Raise lockTtl or lower storeTimeout.',
     );
   }
   if (lockTtl > ttl) {

@@ -11,6 +11,13 @@ import { performance } from 'node:perf_hooks';
  * So renewals run in no request's context.
  */
 const detached = new AsyncResource('trpc-idempotency.TimerQueue');
+/** An unref'd Node.js timer armed in no request's context (see `detached`). */
+export function detachedTimeout(fn: () => void, ms: number): NodeJS.Timeout {
+  const timer: NodeJS.Timeout = detached.runInAsyncScope(setTimeout, undefined, fn, ms);
+  timer.unref();
+  return timer;
+}
+
 /** Something a {@link TimerQueue} calls back once its delay has passed; its list links are its own fields. */
 export interface Timed {
   /** When it is due (performance.now() time); set by {@link TimerQueue.add}. */
@@ -27,7 +34,7 @@ export interface Timed {
  * Node.js timer. Every protected call sets store timeouts and a renewal timer
  * and removes them almost at once: here that is linking an entry in and out of
  * a list rather than creating and clearing a Node.js timer. The one timer stays
- * armed for the oldest entry (entries of one delay are due in the order added).
+ * armed for the first entry due (entries of one delay are kept in the order they are due).
  */
 export class TimerQueue {
   #head: Timed | undefined;
@@ -37,6 +44,8 @@ export class TimerQueue {
   #armedFor = 0;
   /** Entries due by then fire in the armed timer's turn of the event loop. */
   #limit = 0;
+  /** The armed timer fired, and its entries fire after setImmediate. */
+  #firing = false;
 
   constructor(readonly ms: number) {}
 
@@ -50,6 +59,32 @@ export class TimerQueue {
     else this.#tail.next = entry;
     this.#tail = entry;
     if (this.#timer === undefined) this.#arm(entry.due, this.ms);
+  }
+
+  /**
+   * Queues `entry` to fire `ms` after `since`, a time that may have passed (a lease counts from when
+   * its claim was sent, not from when the answer came): placed among the entries by its due time.
+   */
+  addSince(entry: Timed, since: number): void {
+    const due = since + this.ms;
+    entry.due = due;
+    entry.queue = this;
+    let prev = this.#tail;
+    // Walks back over the entries added since `since` only.
+    while (prev !== undefined && prev.due > due) prev = prev.prev;
+    const next = prev === undefined ? this.#head : prev.next;
+    entry.prev = prev;
+    entry.next = next;
+    if (prev === undefined) this.#head = entry;
+    else prev.next = entry;
+    if (next === undefined) this.#tail = entry;
+    else next.prev = entry;
+    if (this.#timer !== undefined) {
+      // Firing now: the pass re-arms for the head when it ends.
+      if (prev !== undefined || due >= this.#armedFor || this.#firing) return;
+      clearTimeout(this.#timer); // armed for a later entry: this one is due first
+    }
+    this.#arm(due, Math.max(Math.ceil(due - performance.now()), 1));
   }
 
   /** Unlinks `entry` if it is still waiting here. The timer stays armed: it fires once and finds nothing due. */
@@ -66,8 +101,7 @@ export class TimerQueue {
 
   #arm(due: number, ms: number): void {
     this.#armedFor = due;
-    this.#timer = detached.runInAsyncScope(setTimeout, undefined, this.#run, ms);
-    this.#timer.unref();
+    this.#timer = detachedTimeout(this.#run, ms);
   }
 
   // Entries due by now fire, and at least those due by the armed time (as their own Node.js timers would:
@@ -75,6 +109,7 @@ export class TimerQueue {
   // poll, so after a busy loop a store answer that arrived in time would still sit unread and time out.
   #run = (): void => {
     this.#limit = Math.max(performance.now(), this.#armedFor);
+    this.#firing = true;
     setImmediate(this.#fireDue);
   };
 
@@ -86,6 +121,7 @@ export class TimerQueue {
         entry.fire();
       }
     } finally {
+      this.#firing = false;
       this.#timer = undefined;
       const head = this.#head;
       if (head !== undefined) this.#arm(head.due, Math.max(Math.ceil(head.due - performance.now()), 1));

@@ -15,7 +15,8 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
   store?: IdempotencyStore;
   /**
    * The longest a single store call may take, in milliseconds; past it the
-   * call counts as a store failure (see `onStoreError`). At most lockTtl / 3.
+   * call counts as a store failure (see `onStoreError`), and a renewal is sent
+   * again. At most lockTtl / 3.
    * @default 1_000, or lockTtl / 3 when that is less
    */
   storeTimeout?: number;

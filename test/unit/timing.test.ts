@@ -4,9 +4,13 @@
  * removed, and entries re-queued by a callback wait for their own turn.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { type Timed, TimerQueue, withTimeout } from '../../src/core/timing.js';
 import { connectRedis } from '../helpers/redis.js';
+import { useRealTime, useVirtualTime } from '../helpers/virtual-time.js';
+
+// performance.now() as the fake clock sets it, while a test uses virtual time (the real one otherwise)
+vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
 
 function entry(name: string, log: { name: string; at: number }[], onFire?: () => void): Timed {
   return {
@@ -54,6 +58,26 @@ describe('TimerQueue', () => {
       expect(at - start).toBeGreaterThanOrEqual(30 * (i + 1) - 1);
     });
     queue.remove(renewing); // already fired: a no-op
+  });
+
+  it('an entry added since a time already past is placed by its due time, and re-arms the timer when it is due first', async () => {
+    useVirtualTime();
+    try {
+      const queue = new TimerQueue(100);
+      const log: { name: string; at: number }[] = [];
+      queue.add(entry('a', log), 0); // due at 100
+      await vi.advanceTimersByTimeAsync(50);
+      queue.addSince(entry('b', log), 10); // due at 110: after a
+      queue.addSince(entry('c', log), -20); // due at 80: before a, and before the timer armed for a
+      await vi.advanceTimersByTimeAsync(100);
+      expect(log).toEqual([
+        { name: 'c', at: 80 },
+        { name: 'a', at: 100 },
+        { name: 'b', at: 110 },
+      ]);
+    } finally {
+      useRealTime();
+    }
   });
 
   it('withTimeout settles with the promise, or rejects once the delay passed', async () => {
