@@ -54,7 +54,8 @@ export interface IdempotencyEvent {
    * and `replayed`: `unreplayable` or `response_too_large` for an outcome that
    * ran but could not be stored (a marker is stored instead); `completed_late`
    * on `completed` for a completion that landed after a store failure. On
-   * `store_error` of a completion: `gave_up` when every attempt failed.
+   * `store_error` of a completion: `gave_up` when no attempt was confirmed
+   * within 2 × lockTtl of the first failure.
    */
   reason?: string;
   /** For `completed`: which outcome was stored; for `replayed`: which was replayed (a result or an error). */

@@ -4,7 +4,6 @@ import type { Settlement } from './classify.js';
 import { describeError } from './events.js';
 import type { EngineRuntime } from './runtime.js';
 import type { CompleteInput, CompleteResult } from './store.js';
-import { engineTime } from './store-clock.js';
 
 /** What settling needs to know of the run (its lease): when it started, and how to report the claim lost. */
 export interface RunReport {
@@ -49,17 +48,18 @@ export async function settle(
   const input: CompleteInput = { id, fingerprint: fp, token, state, body, ttl: policy.ttl };
   if (clearSteps) input.clearSteps = true;
   let result: CompleteResult;
+  let first: Promise<CompleteResult> | undefined;
   try {
-    result = await store.complete(attempt, input);
+    result = await store.complete(attempt, input, { sent: (pending) => (first = pending) });
   } catch {
-    void completeLater(runtime, attempt, { input, state, reason, run });
+    void completeLater(runtime, attempt, { input, state, reason, run, first });
     return;
   }
   if (result === 'stored') reportCompleted(runtime, attempt, { state, reason, run }, false);
   else if (result === 'finished') run.fenced();
   // Another claim is live: it may be one that reached the store after its
   // caller gave up, and is given back at once. Keep trying until lockTtl.
-  else void completeLater(runtime, attempt, { input, state, reason, run });
+  else void completeLater(runtime, attempt, { input, state, reason, run, first: undefined });
 }
 
 /** The `completed` event, when someone listens. */
@@ -86,9 +86,16 @@ function reportCompleted(
  * The operation ran; its caller has the outcome. The completion is tried
  * again in the background (it is fenced, and idempotent for this token)
  * for as long as the claim would have lived: past that, a retry of the
- * client may run the operation again, and the events say so. `gave_up` is
- * reported only once no attempt is still on its way: a driver can deliver a
- * queued command after a reconnect, long after the caller stopped waiting.
+ * client may run the operation again. It ends in one event, at most
+ * 2 × lockTtl after the first failure, even if an attempt is never answered:
+ *
+ * - `completed` (`completed_late`): an attempt stored the outcome;
+ * - `lease_lost` (`fenced`): the store answered that another request holds
+ *   the key or finished it: the operation ran twice (reported once per claim);
+ * - `store_error` (`gave_up`): no attempt was confirmed. It waits up to one
+ *   more lockTtl for attempts still on their way (a driver can deliver a
+ *   queued command after a reconnect); one that lands later still is
+ *   reported then, as `completed_late`.
  */
 async function completeLater(
   runtime: EngineRuntime,
@@ -98,50 +105,73 @@ async function completeLater(
     state: 'completed' | 'failed';
     reason: string | undefined;
     run: RunReport;
+    /** The first attempt, if it may still land. */
+    first: Promise<CompleteResult> | undefined;
   },
 ): Promise<void> {
   const { input, state, reason, run } = opts;
   const { policy, name, keyHash } = attempt;
-  const deadline = engineTime() + policy.lockTtl;
-  const inFlight = new Set<Promise<CompleteResult>>();
-  let done = false;
-  let lastError: unknown;
-  const finish = (result: CompleteResult) => {
-    if (done) return;
-    done = true;
-    if (result === 'stored') reportCompleted(runtime, attempt, { state, reason, run }, true);
-    else run.fenced();
+  const deadline = performance.now() + policy.lockTtl;
+  const onTheirWay = new Set<Promise<CompleteResult>>();
+  let ended = false;
+  let stored = false;
+  const landed = (answer: CompleteResult) => {
+    if (answer !== 'stored' || stored) return;
+    stored = true;
+    // After the end too: a completion that lands late corrects a gave_up or a fenced.
+    ended = true;
+    reportCompleted(runtime, attempt, { state, reason, run }, true);
   };
-  for (let delay = 100; !done; delay = Math.min(delay * 2, 2_000)) {
-    const remaining = deadline - engineTime();
+  const track = (pending: Promise<CompleteResult>) => {
+    onTheirWay.add(pending);
+    pending.then(
+      (answer) => {
+        onTheirWay.delete(pending);
+        landed(answer);
+      },
+      () => onTheirWay.delete(pending),
+    );
+  };
+  if (opts.first !== undefined) track(opts.first);
+  let lastError: unknown;
+  for (let delay = 100; !ended; delay = Math.min(delay * 2, 2_000)) {
+    const remaining = deadline - performance.now();
     if (remaining <= 0) break;
     await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, remaining)).unref());
-    if (done) return;
+    if (ended) return;
     try {
-      const result = await runtime.store.complete(attempt, input, {
-        quiet: true,
-        // An attempt given up on may still land: its answer counts then.
-        sent: (pending) => {
-          inFlight.add(pending);
-          pending.then(
-            (answer) => {
-              inFlight.delete(pending);
-              if (answer === 'stored') finish(answer);
-            },
-            () => inFlight.delete(pending),
-          );
-        },
-      });
-      if (result !== 'held') return finish(result);
+      // An attempt given up on may still land: its answer counts then.
+      const result = await runtime.store.complete(attempt, input, { quiet: true, sent: track });
+      if (result === 'stored') return landed(result);
+      lastError = undefined;
+      if (result === 'finished') break; // another request stored its outcome
+      // 'held': another claim is live; it may be one given back yet
     } catch (error) {
       lastError = error;
     }
   }
-  if (done) return;
-  if (lastError === undefined) return finish('held'); // a live claim of another held the key all along
-  await Promise.allSettled([...inFlight]);
-  if (done) return;
-  done = true;
+  if (ended) return;
+  if (lastError === undefined) {
+    // The store answered last that another request holds or finished the key.
+    ended = true;
+    run.fenced();
+    return;
+  }
+  // No attempt confirmed: wait, until a lockTtl after the retries' deadline, for those still on their way.
+  const wait = deadline + policy.lockTtl - performance.now();
+  if (onTheirWay.size > 0 && wait > 0) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...onTheirWay]),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, wait);
+        timer.unref();
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+  if (ended) return;
+  ended = true;
   runtime.emit({
     result: 'store_error',
     name,

@@ -1,0 +1,114 @@
+/**
+ * A completion the store does not confirm, on virtual time (no sleeps): it is retried in the
+ * background, and every such run ends in one event that says how, within 2 × lockTtl of the first
+ * failure, even when a request is sent and never answered (docs/observability.md). A completion
+ * that lands later than that is reported when it lands.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
+import { after, type Fate, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
+
+vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
+
+beforeEach(useVirtualTime);
+afterEach(useRealTime);
+
+const lockTtl = 300;
+const storeTimeout = 100;
+const input = { key: 'pay-1', name: 'pay', payload: { amount: 1000 } };
+
+/** The events that end a run whose completion failed: how it ended, and when. */
+const terminal = (events: (IdempotencyEvent & { at: number })[]) =>
+  events
+    .filter(
+      (e) =>
+        (e.result === 'completed' && e.reason === 'completed_late') ||
+        e.result === 'lease_lost' ||
+        (e.result === 'store_error' && e.reason === 'gave_up'),
+    )
+    .map((e) => ({ result: e.result, reason: e.reason, at: e.at }));
+
+/** A's completions meet `complete` (numbered from 1); A's operation takes 50 ms. */
+function instanceA(memory: ReturnType<typeof memoryStore>, complete: (n: number) => Fate) {
+  const a = networkStore(memory, { complete });
+  const events: (IdempotencyEvent & { at: number })[] = [];
+  const engine = createIdempotencyEngine({
+    store: a.store,
+    lockTtl,
+    storeTimeout,
+    onEvent: (e) => events.push({ ...e, at: virtualNow() }),
+  });
+  const runs: string[] = [];
+  const answer = engine.run(input, async () => {
+    runs.push('A');
+    await after(50);
+    return 'A';
+  });
+  return { engine, events, runs, answer };
+}
+
+describe('a completion the store does not confirm', () => {
+  it('that is never answered, nor any retry of it, ends in one gave_up within 2 × lockTtl of the failure', async () => {
+    const memory = memoryStore();
+    const a = instanceA(memory, () => ({ lost: true }));
+    await vi.advanceTimersByTimeAsync(10 * lockTtl);
+    expect(await a.answer).toEqual({ value: 'A', replayed: false });
+    // sent at 50, timed out at 150
+    expect(a.events.find((e) => e.result === 'store_error')).toMatchObject({ operation: 'complete', at: 150 });
+    const ended = terminal(a.events);
+    expect(ended).toEqual([{ result: 'store_error', reason: 'gave_up', at: expect.any(Number) }]);
+    expect(ended[0]!.at).toBeLessThanOrEqual(150 + 2 * lockTtl);
+    memory.close();
+  });
+
+  it('whose retries learn that another request took the key over says so (lease_lost, fenced), within the bound', async () => {
+    const memory = memoryStore();
+    // the first two attempts are lost; the later ones arrive, and find B's claim
+    const a = instanceA(memory, (n) => (n <= 2 ? { lost: true } : {}));
+    const engineB = createIdempotencyEngine({ store: memory, lockTtl, storeTimeout });
+    const runs = a.runs;
+    // B, a retry on another instance, the moment A's claim (taken at 0, never renewed) expires
+    await vi.advanceTimersByTimeAsync(lockTtl);
+    const b = engineB.run(input, async () => {
+      runs.push('B');
+      await after(4 * lockTtl);
+      return 'B';
+    });
+    await vi.advanceTimersByTimeAsync(10 * lockTtl);
+    expect(await a.answer).toEqual({ value: 'A', replayed: false });
+    expect(await b).toEqual({ value: 'B', replayed: false });
+    expect(runs).toEqual(['A', 'B']);
+    const ended = terminal(a.events);
+    expect(ended).toEqual([{ result: 'lease_lost', reason: 'fenced', at: expect.any(Number) }]);
+    expect(ended[0]!.at).toBeLessThanOrEqual(150 + 2 * lockTtl);
+    memory.close();
+  });
+
+  it('that lands while its attempts are waited for ends in completed_late alone', async () => {
+    const memory = memoryStore();
+    // the first attempt's answer comes back at 50 + 2 × 300 = 650: after the retries (until 450),
+    // before the end of the wait for attempts on their way (750)
+    const a = instanceA(memory, (n) => (n === 1 ? { delay: 300 } : { lost: true }));
+    await vi.advanceTimersByTimeAsync(10 * lockTtl);
+    expect(await a.answer).toEqual({ value: 'A', replayed: false });
+    expect(terminal(a.events)).toEqual([{ result: 'completed', reason: 'completed_late', at: 650 }]);
+    memory.close();
+  });
+
+  it('that lands after the retries gave up is reported when it lands, as completed_late, and the retry replays it', async () => {
+    const memory = memoryStore();
+    // the first attempt takes 900 ms to reach the store, and its answer as long to come back; every retry is lost
+    const a = instanceA(memory, (n) => (n === 1 ? { delay: 900 } : { lost: true }));
+    await vi.advanceTimersByTimeAsync(10 * lockTtl);
+    expect(await a.answer).toEqual({ value: 'A', replayed: false });
+    const ended = terminal(a.events);
+    expect(ended.map((e) => e.reason)).toEqual(['gave_up', 'completed_late']);
+    expect(ended[0]!.at).toBeLessThanOrEqual(150 + 2 * lockTtl);
+    expect(ended[1]!.at).toBe(50 + 2 * 900); // when its answer arrives
+    const retry = a.engine.run(input, async () => 'again');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(await retry).toEqual({ value: 'A', replayed: true });
+    expect(a.runs).toEqual(['A']);
+    memory.close();
+  });
+});
