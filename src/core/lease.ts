@@ -90,8 +90,8 @@ export class Lease implements Timed {
   /** A renewal is due (the queue calls it every period until stopped). */
   fire(): void {
     this.queue = undefined;
-    // On the grid of the claim's sending, not of this call (which may come late).
-    timerQueue(renewalPeriod(this.attempt.policy.lockTtl)).addSince(this, this.due);
+    // From now, not from when it was due: after a stalled event loop, one renewal, not one per period missed.
+    timerQueue(renewalPeriod(this.attempt.policy.lockTtl)).add(this, performance.now());
     this.#renew();
   }
 
