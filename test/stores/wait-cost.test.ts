@@ -157,7 +157,9 @@ describe(`${N} duplicates waiting on one key (Redis)`, () => {
         // Per waiter: its claim, its claim once it listens, the claim that reads the outcome once
         // notified; nothing while the holder runs, however long (lockTtl, 30 s, outlives the wait).
         expect(perWaiter).toBe(3);
-        // HSET: the holder's claim, the waiter flag (by the first waiter only), the completion.
+        // Inside the scripts: the two claims that found the record held read its PTTL (when to check for a
+        // crashed holder); HSET: the holder's claim, the waiter flag (by the first waiter only), the completion.
+        expect(spent.pttl).toBe(2 * N);
         expect(spent.hset ?? 0).toBe(3);
         expect(spent.publish ?? 0).toBe(1);
       },
