@@ -291,19 +291,31 @@ function storeTables(results: Results): string {
     Object.entries(calls)
       .map(([cmd, n]) => `${cmd} ${Math.round(n * 100) / 100}`)
       .join(', ');
+  const pgWait = (ms: number) => postgres.waits.find((wait) => wait.ms === ms)?.statements ?? 'not measured';
   return [
     table(
-      ['', 'First execution', 'Replay', 'In-flight rejection', `Waiting duplicate (${fmt(redis.wait_ms)} ms)`],
-      'lrrrr',
       [
-        ['Redis commands sent (EVALSHA)', redis.first, redis.replay, redis.reject, redis.wait],
+        '',
+        'First execution',
+        'Replay',
+        'In-flight rejection',
+        ...redis.waits.map((wait) => `Waiting duplicate (${fmt(wait.ms)} ms)`),
+      ],
+      `lrrr${'r'.repeat(redis.waits.length)}`,
+      [
+        ['Redis commands sent (EVALSHA)', redis.first, redis.replay, redis.reject, ...redis.waits.map((w) => w.sent)],
         [
           'Run inside the scripts',
-          ...[redis.first_in_scripts, redis.replay_in_scripts, redis.reject_in_scripts, redis.wait_in_scripts].map(
-            scripts,
-          ),
+          ...[redis.first_in_scripts, redis.replay_in_scripts, redis.reject_in_scripts].map(scripts),
+          ...redis.waits.map((wait) => scripts(wait.in_scripts)),
         ],
-        ['PostgreSQL statements (round trips)', postgres.first, postgres.replay, postgres.reject, 'not measured'],
+        [
+          'PostgreSQL statements (round trips)',
+          postgres.first,
+          postgres.replay,
+          postgres.reject,
+          ...redis.waits.map((wait) => pgWait(wait.ms)),
+        ],
       ],
     ),
     '',

@@ -22,8 +22,11 @@ export const RESULT = {
   description: 'Benchmark payment: one Redis INCR per call; this text pads the result to about two hundred bytes.',
 };
 const PAYLOAD = { amount: 4200, currency: 'eur' };
-/** How long the waiting duplicates of one key wait (inFlight: 'wait') before its holder completes. */
-const WAIT_MS = 1_000;
+/**
+ * How long the waiting duplicates of one key wait (inFlight: 'wait') before its holder completes: twice, to
+ * show whether a waiter's cost grows with the holder's duration.
+ */
+const WAITS_MS = [1_000, 5_000];
 
 interface Held {
   release(): void;
@@ -45,19 +48,26 @@ async function holdClaims(
   return { release, done };
 }
 
+/** Per duplicate of one held key waiting `ms` (inFlight: 'wait') for its holder's outcome. */
+export interface RedisWaitCost {
+  ms: number;
+  /** Commands sent (EVALSHA). */
+  sent: number;
+  /** Commands the scripts run inside Redis, by name. */
+  in_scripts: Record<string, number>;
+}
+
 export interface RedisCost {
   /** Commands sent per operation (EVALSHA). */
   first: number;
   replay: number;
   reject: number;
-  /** Per duplicate of one held key waiting wait_ms (inFlight: 'wait') for its holder's outcome. */
-  wait: number;
-  wait_ms: number;
   /** Commands the scripts run inside Redis, per operation, by name. */
   first_in_scripts: Record<string, number>;
   replay_in_scripts: Record<string, number>;
   reject_in_scripts: Record<string, number>;
-  wait_in_scripts: Record<string, number>;
+  /** Waiting duplicates, one entry per duration. */
+  waits: RedisWaitCost[];
   /** MEMORY USAGE of one completed record, and used_memory growth per record over many. */
   memory_usage_bytes: number;
   used_memory_bytes_per_record: number;
@@ -105,17 +115,11 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
 
   // n duplicates of one held key wait together; the holder's completion (one script) is counted with them.
   const waiting = createIdempotencyEngine({ store, inFlight: 'wait' });
-  const waitKey = randomUUID();
-  const waitHeld = await holdClaims(waiting, [waitKey], isHeld);
-  const wait = await measure(async () => {
-    const duplicates = Array.from({ length: n }, () =>
-      waiting.run({ key: waitKey, name: 'pay', payload: PAYLOAD }, async () => RESULT),
-    );
-    await new Promise((resolve) => setTimeout(resolve, WAIT_MS));
-    waitHeld.release();
-    await Promise.all(duplicates);
-  });
-  await waitHeld.done;
+  const waits: RedisWaitCost[] = [];
+  for (const ms of WAITS_MS) {
+    const { sent, inScripts } = await waitForHolder(waiting, ms, n, isHeld, measure);
+    waits.push({ ms, sent, in_scripts: inScripts });
+  }
 
   // Bytes: one record as MEMORY USAGE reports it, then the server's growth over many.
   const memoryUsage = Number(await admin.call('MEMORY', 'USAGE', store.keyOf(`:pay:${keys[0]}`), 'SAMPLES', '0'));
@@ -135,16 +139,39 @@ export async function redisCost(url: string, n = 500): Promise<RedisCost> {
     first: first.sent,
     replay: replay.sent,
     reject: reject.sent,
-    wait: wait.sent,
-    wait_ms: WAIT_MS,
     first_in_scripts: first.inScripts,
     replay_in_scripts: replay.inScripts,
     reject_in_scripts: reject.inScripts,
-    wait_in_scripts: wait.inScripts,
+    waits,
     memory_usage_bytes: memoryUsage,
     used_memory_bytes_per_record: Math.round((usedAfter - usedBefore) / many),
     body_bytes: JSON.stringify(RESULT).length,
   };
+}
+
+/**
+ * `n` duplicates of a held key wait `ms` (inFlight: 'wait'), then its holder completes; `measure` counts what
+ * the duplicates and the holder's completion cost.
+ */
+async function waitForHolder<T>(
+  engine: IdempotencyEngine,
+  ms: number,
+  n: number,
+  isHeld: (key: string) => Promise<boolean>,
+  measure: (action: () => Promise<unknown>) => Promise<T>,
+): Promise<T> {
+  const key = randomUUID();
+  const held = await holdClaims(engine, [key], isHeld);
+  const cost = await measure(async () => {
+    const duplicates = Array.from({ length: n }, () =>
+      engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT),
+    );
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    held.release();
+    await Promise.all(duplicates);
+  });
+  await held.done;
+  return cost;
 }
 
 async function usedMemory(redis: Redis): Promise<number> {
@@ -156,6 +183,8 @@ export interface PostgresCost {
   first: number;
   replay: number;
   reject: number;
+  /** Statements per duplicate of one held key waiting `ms` (inFlight: 'wait'; the store polls: no notifications). */
+  waits: { ms: number; statements: number }[];
 }
 
 /** Statements per operation, counted where the driver sends them (each one round trip). */
@@ -183,18 +212,19 @@ export async function postgresCost(url: string, n = 200): Promise<PostgresCost> 
   const heldKeys = Array.from({ length: n }, () => randomUUID());
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
-  const held = await holdClaims(
-    engine,
-    heldKeys,
-    async (key) => (await admin.query('select 1 from idempotency_keys where id = $1', [`:pay:${key}`])).rowCount === 1,
-  );
+  const isHeld = async (key: string) =>
+    (await admin.query('select 1 from idempotency_keys where id = $1', [`:pay:${key}`])).rowCount === 1;
+  const held = await holdClaims(engine, heldKeys, isHeld);
   const reject = await measure(async () => {
     for (const key of heldKeys)
       await engine.run({ key, name: 'pay', payload: PAYLOAD }, async () => RESULT).catch(() => {});
   });
   held.release();
   await held.done;
+  const waiting = createIdempotencyEngine({ store: drizzleStore({ db: drizzle(pool) }), inFlight: 'wait' });
+  const waits: PostgresCost['waits'] = [];
+  for (const ms of WAITS_MS) waits.push({ ms, statements: await waitForHolder(waiting, ms, n, isHeld, measure) });
   await admin.end();
   await pool.end();
-  return { first, replay, reject };
+  return { first, replay, reject, waits };
 }

@@ -52,8 +52,8 @@ export interface GuardedStore {
   extend(attempt: Attempt): Promise<boolean>;
   /** Only where {@link savesSteps}. */
   saveStep(attempt: Attempt, input: SaveStepInput): Promise<SaveStepResult>;
-  /** Listens for the key to settle, or undefined where the store cannot notify. */
-  subscribe(attempt: Attempt, listener: () => void): Promise<(() => void) | undefined>;
+  /** Listens for the key to settle (see IdempotencyStore.onSettled), or undefined where the store cannot notify. */
+  subscribe(attempt: Attempt, listener: (notifying?: boolean) => void): Promise<(() => void) | undefined>;
   /** Only where the store has transactions (checked when the policy is resolved). */
   transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
   /** {@link complete} inside the store's transaction. */

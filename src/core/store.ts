@@ -25,7 +25,8 @@ export interface ClaimInput {
   lockTtl: number;
   /**
    * The caller will wait for the holder to finish: stores that can notify
-   * (see {@link IdempotencyStore.onSettled}) remember to do so.
+   * (see {@link IdempotencyStore.onSettled}) remember to do so, and tell how
+   * long the holder's claim lives (`expiresIn` on an `in_progress` answer).
    */
   waiting?: boolean;
   /**
@@ -64,8 +65,13 @@ export type ClaimResult = ClaimAnswer &
          */
         steps?: RecordedSteps;
       }
-    /** Another caller holds a live claim. */
-    | { state: 'in_progress'; fingerprint: string }
+    /**
+     * Another caller holds a live claim. `expiresIn`: how long that claim lives
+     * unless renewed, in ms, on a `waiting` claim of a store that notifies
+     * (see {@link IdempotencyStore.onSettled}): a crashed holder sends nothing,
+     * so the waiter checks again then.
+     */
+    | { state: 'in_progress'; fingerprint: string; expiresIn?: number }
     /**
      * The operation finished earlier. `body` is omitted when the stored
      * fingerprint differs from the claimant's (the engine will refuse the
@@ -214,12 +220,18 @@ export interface IdempotencyStore {
    */
   saveStep?(input: SaveStepInput): Promise<SaveStepResult>;
   /**
-   * Optional: calls `listener` when the record `id` is completed or released
-   * by a holder that was told someone waits. Returns the unsubscribe function.
-   * The engine also polls with bounded backoff, so a store without
-   * notifications (or a lost message) only delays a waiter.
+   * Optional: calls `listener()` when the record `id` may have settled: it was
+   * completed or released by a holder that was told someone waits, or
+   * notifications that were down are back (one may have been lost meanwhile).
+   * `listener(false)` when the store cannot notify any more (a lost
+   * connection): the waiter polls, with bounded backoff, until the next call.
+   * Returns the unsubscribe function. A subscribed waiter checks nothing else
+   * but its holder's claim once it expires unless renewed (`expiresIn` on its
+   * claim's answer, else after lockTtl) and its deadline: a store that loses a
+   * notification without telling delays its waiters until then. A store without
+   * `onSettled` is polled.
    */
-  onSettled?(id: string, listener: () => void): Promise<() => void>;
+  onSettled?(id: string, listener: (notifying?: boolean) => void): Promise<() => void>;
   /**
    * Optional: calls `listener` with the id of each finished record the store
    * drops before its ttl to make room (a bounded store under pressure): a

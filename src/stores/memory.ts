@@ -221,11 +221,15 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return shares.bytes;
     },
 
-    async claim({ id, fingerprint, token, lockTtl, deadline }: ClaimInput): Promise<ClaimResult> {
+    async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
       const time = now();
       const rec = live(id, time);
       if (rec !== undefined && !(rec.state === 'in_progress' && rec.token === token)) {
-        if (rec.state === 'in_progress') return { state: 'in_progress', fingerprint: rec.fingerprint };
+        if (rec.state === 'in_progress') {
+          return waiting === true
+            ? { state: 'in_progress', fingerprint: rec.fingerprint, expiresIn: rec.expiresAt - time }
+            : { state: 'in_progress', fingerprint: rec.fingerprint };
+        }
         return rec.fingerprint === fingerprint
           ? { state: rec.state, fingerprint: rec.fingerprint, body: rec.body }
           : { state: rec.state, fingerprint: rec.fingerprint };
@@ -355,7 +359,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return true;
     },
 
-    async onSettled(id: string, listener: () => void) {
+    async onSettled(id: string, listener: (notifying?: boolean) => void) {
       return listeners.add(id, listener);
     },
 

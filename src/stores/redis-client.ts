@@ -60,8 +60,17 @@ export interface RedisConnection {
    * `route` is a key of one of them. Elsewhere the same as {@link pipeline}.
    */
   pipelineOnNode(commands: RedisCommand[], route: string): Promise<Settled[]>;
-  /** Subscribes to `channel` on a connection of the store's own (opened on the first call); `onMessage` gets each message. */
-  subscribe(channel: string, onMessage: (message: string) => void): Promise<void>;
+  /**
+   * Subscribes to `channel` on a connection of the store's own (opened on the first call); `onMessage` gets each
+   * message. Where {@link watchesSubscriber}, `onLive(false)` says that connection was lost (and with it what is
+   * published until it is back), `onLive(true)` that it is subscribed again.
+   */
+  subscribe(channel: string, onMessage: (message: string) => void, onLive: (live: boolean) => void): Promise<void>;
+  /**
+   * Whether {@link subscribe} reports its connection's losses: not on a Cluster nor a node-redis Sentinel client,
+   * whose clients keep their pub/sub connections to themselves and resubscribe without telling.
+   */
+  readonly watchesSubscriber: boolean;
   /** Closes what `subscribe` opened, if anything. */
   closeSubscriber(): Promise<void>;
   /** An error Redis answered (not a failure to get an answer). */
@@ -82,7 +91,26 @@ export function connectionOf(client: unknown): RedisConnection | undefined {
 function ioredis(client: IoRedisClient): RedisConnection {
   const isCluster = client.isCluster === true;
   let subscriber: any;
-  const listeners = new Map<string, (message: string) => void>();
+  const listeners = new Map<string, { onMessage: (message: string) => void; onLive: (live: boolean) => void }>();
+  /** Reports the losses of `sub`, the subscriber of a single node or Sentinel, while it is the store's. */
+  const watch = (sub: any) => {
+    let isLive = true;
+    const live = (up: boolean) => {
+      if (up === isLive) return;
+      isLive = up;
+      if (sub === subscriber) for (const { onLive } of listeners.values()) onLive(up);
+    };
+    sub.on('close', () => live(false));
+    sub.on('ready', () => {
+      // ioredis subscribes again after this event, and tells nothing then: the answer to a SUBSCRIBE
+      // of our own says that Redis has the connection subscribed, from which point nothing is lost.
+      if (!isLive)
+        sub.subscribe(...listeners.keys()).then(
+          () => live(true),
+          () => {},
+        );
+    });
+  };
   const keyPrefix = ((client.options as { keyPrefix?: string } | undefined)?.keyPrefix ?? '') as string;
   const pipeline = async (commands: RedisCommand[]): Promise<Settled[]> => {
     const p = client.pipeline();
@@ -108,15 +136,17 @@ function ioredis(client: IoRedisClient): RedisConnection {
     nodeOf: (route) => (isCluster ? (client as any).slots?.[keySlot(keyPrefix + route)]?.[0] : ''),
     pipelineOnNode: pipeline,
     pipeline,
-    async subscribe(channel, onMessage) {
-      listeners.set(channel, onMessage);
+    watchesSubscriber: !isCluster,
+    async subscribe(channel, onMessage, onLive) {
+      listeners.set(channel, { onMessage, onLive });
       if (subscriber === undefined) {
         // A subscribed connection can run nothing else: the store opens its own.
         subscriber = client.duplicate();
         subscriber.on('error', () => {
           // Reconnection (and resubscription) is ioredis's job; waiters poll meanwhile.
         });
-        subscriber.on('message', (from: string, message: string) => listeners.get(from)?.(message));
+        subscriber.on('message', (from: string, message: string) => listeners.get(from)?.onMessage(message));
+        if (!isCluster) watch(subscriber);
       }
       await subscriber.subscribe(channel);
     },
@@ -178,16 +208,29 @@ function nodeRedis(client: NodeRedisClient): RedisConnection {
       );
     },
     pipeline: (commands, route) => inOrder(c, commands, route),
-    async subscribe(channel, onMessage) {
+    watchesSubscriber: kind === 'client',
+    async subscribe(channel, onMessage, onLive) {
       const listener = (message: string) => onMessage(message);
       if (kind === 'client') {
         // A subscribed connection can run nothing else: the store opens its own.
         if (subscriber === undefined) {
-          subscriber = c.duplicate();
-          subscriber.on('error', () => {
-            // Reconnection (and resubscription) is node-redis's job; waiters poll meanwhile.
+          const sub = c.duplicate();
+          subscriber = sub;
+          // Reconnection (and resubscription) is node-redis's job; waiters poll meanwhile. It tells
+          // 'ready' once it has resubscribed.
+          let isLive = true;
+          const live = (up: boolean) => {
+            if (up === isLive) return;
+            isLive = up;
+            if (sub === subscriber) onLive(up);
+          };
+          sub.on('error', () => {
+            if (!sub.isReady) live(false);
           });
-          await subscriber.connect();
+          sub.on('reconnecting', () => live(false));
+          sub.on('end', () => live(false));
+          sub.on('ready', () => live(true));
+          await sub.connect();
         }
         await subscriber.subscribe(channel, listener);
       } else {

@@ -79,7 +79,7 @@ end
  * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
  * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
  * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
- * Returns {'p', fingerprint} when another claim is in flight; {state, fingerprint[, body]} when
+ * Returns {'p', fingerprint} when another claim is in flight (a waiter's gets its pttl too, below); {state, fingerprint[, body]} when
  * finished, the body only if the fingerprints match (no point shipping it otherwise). When the
  * record is absent, or is this token's own live claim (sent again by the client after a
  * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
@@ -90,14 +90,18 @@ end
  * keeps its `c`.
  * A waiting claim (ARGV[4] '1') of another's in-progress record with its fingerprint (one with another
  * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
- * claim, however many waiters poll it and however often.
+ * claim, however many waiters check it and however often. It is answered {'p', fingerprint, pttl}:
+ * the waiter checks again when the holder's claim expires unless renewed (a crashed holder publishes nothing).
  */
 const claim = (fence: string) =>
   script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
 if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
   if rec[1] == 'p' then
-    if ARGV[4] == '1' and not rec[5] and rec[2] == ARGV[2] then redis.call('HSET', KEYS[1], 'w', '1') end
+    if ARGV[4] == '1' and rec[2] == ARGV[2] then
+      if not rec[5] then redis.call('HSET', KEYS[1], 'w', '1') end
+      return {'p', rec[2], redis.call('PTTL', KEYS[1])}
+    end
     return {'p', rec[2]}
   end
   if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end

@@ -12,6 +12,7 @@ import type {
   SaveStepResult,
 } from '../core/store.js';
 import type { StoreAdmin } from '../core/store-admin.js';
+import type { SettledListener } from './listeners.js';
 import { redisAdmin } from './redis-admin.js';
 import { connectionOf, type RedisClient } from './redis-client.js';
 import { fenceMarkers } from './redis-fence.js';
@@ -183,7 +184,11 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       }
       if (state === 'l') return { state: 'late', time: reply[1] as number };
       if (state === 'r') throw fenceUp(reply[1] as number, reply[2] as number);
-      if (state === 'p') return { state: 'in_progress', fingerprint: reply[1] as string };
+      if (state === 'p') {
+        return reply.length > 2 && (reply[2] as number) >= 0
+          ? { state: 'in_progress', fingerprint: reply[1] as string, expiresIn: reply[2] as number }
+          : { state: 'in_progress', fingerprint: reply[1] as string };
+      }
       const finished = STATES[state as keyof typeof STATES];
       if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
       return reply.length > 2
@@ -240,7 +245,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl), fingerprint], true)) === 1;
     },
 
-    onSettled: (id: string, listener: () => void) => notifications.listen(keyOf(id), listener),
+    onSettled: (id: string, listener: SettledListener) => notifications.listen(keyOf(id), listener),
 
     close: () => notifications.close(),
 

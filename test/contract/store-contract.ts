@@ -347,8 +347,8 @@ export function describeStoreContract(
         state: 'late',
       });
       // another's claim or an outcome: nothing to take, so reporting it is as good as late
-      const inFlight = [{ state: 'late' }, { state: 'in_progress', fingerprint: 'fp' }];
-      expect(inFlight).toContainEqual(await claim(store, { id: rec, token: 'b', deadline: past, waiting: true }));
+      const waiter = await claim(store, { id: rec, token: 'b', deadline: past, waiting: true });
+      if (waiter.state !== 'late') expect(waiter).toMatchObject({ state: 'in_progress', fingerprint: 'fp' });
       // the late claims changed nothing: the holder still completes, and the outcome replays
       expect(await complete(store, { id: rec, token: 'a', body: 'once' })).toBe('stored');
       const replay = { state: 'completed', fingerprint: 'fp', body: 'once' };
@@ -441,6 +441,24 @@ export function describeStoreContract(
         await expect.poll(() => [...events].sort(), { timeout: 2_000 }).toEqual(['completed', 'released']);
         offA();
         offB();
+      });
+
+      it("answers a waiter's claim of a held record with how long that claim lives unless renewed (a crashed holder notifies no one)", async () => {
+        const { store, advance } = await create();
+        const rec = id();
+        await claim(store, { id: rec, token: 'a', lockTtl: 5_000 });
+        const expiresIn = async () => {
+          const answer = await claim(store, { id: rec, token: 'w', waiting: true });
+          expect(answer).toEqual({ state: 'in_progress', fingerprint: 'fp', expiresIn: expect.any(Number) });
+          return (answer as { expiresIn: number }).expiresIn;
+        };
+        const first = await expiresIn();
+        expect(first).toBeGreaterThan(0);
+        expect(first).toBeLessThanOrEqual(5_000);
+        await advance(100);
+        expect(await expiresIn()).toBeLessThanOrEqual(first - 50); // it counts down
+        // A claim that does not wait is refused (409) and told nothing more.
+        expect(await claim(store, { id: rec, token: 'r' })).toEqual({ state: 'in_progress', fingerprint: 'fp' });
       });
     } else {
       it('has no notifications, so waiters poll with backoff', async () => {

@@ -206,6 +206,13 @@ describe('previousOf and summaryOf (what one record carries to the next)', () =>
     expect(markdown).toContain('| ratio, postgres-first |  | 0.40 |');
   });
 
+  it('gives a column of store calls per waiting duplicate for each duration the holder ran', () => {
+    const markdown = renderMarkdown(resultsOf());
+    expect(markdown).toContain('| In-flight rejection | Waiting duplicate (50 ms) |');
+    expect(markdown).toContain('| Redis commands sent (EVALSHA) | 2 | 1 | 1 | 3 |');
+    expect(markdown).toContain('| PostgreSQL statements (round trips) | 2 | 1 | 1 | 4 |');
+  });
+
   it('states no target in the report', () => {
     expect(renderMarkdown(resultsOf())).not.toMatch(/target|not met|≤|≥/i);
   });
@@ -322,17 +329,15 @@ function resultsOf(): Results {
         first: 2,
         replay: 1,
         reject: 1,
-        wait: 3,
-        wait_ms: 50,
         first_in_scripts: { hset: 2 },
         replay_in_scripts: { hmget: 1 },
         reject_in_scripts: { hmget: 1 },
-        wait_in_scripts: { hmget: 2 },
+        waits: [{ ms: 50, sent: 3, in_scripts: { hmget: 3, pttl: 2 } }],
         memory_usage_bytes: 632,
         used_memory_bytes_per_record: 737,
         body_bytes: 210,
       },
-      postgres: { first: 2, replay: 1, reject: 1 },
+      postgres: { first: 2, replay: 1, reject: 1, waits: [{ ms: 50, statements: 4 }] },
     },
     peer_redis_bytes_per_record: { 'trpc-idempotency': 631 },
     latency: [],
