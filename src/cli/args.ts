@@ -41,6 +41,9 @@ const RECORD_HELP = `Record (named as the layer names it, or by its id):
   --scope S              the procedure's scope (a user or tenant id), when it has one
   --id ID                the record's id instead (as stuck lists it)`;
 
+const MAX_HELP = `  --max N                read at most N records in all (default 100000): rows, or on Redis the keys SCAN walks,
+                         other data's too; the output says when it stopped short`;
+
 const COMMON_HELP = `  --json                 one JSON document on stdout, nothing else there (messages go to stderr)
   -h, --help             this help`;
 
@@ -150,7 +153,7 @@ that is no longer renewed expires by itself within its lockTtl.
 
   --older-than D         claims taken at least this long ago: 500ms, 30s, 5m, 2h, or a number of ms (default 5m)
   --procedure P          only this procedure's claims
-  --max N                examine at most N records in all (default 100000); the output says when it stopped short
+${MAX_HELP}
 ${COMMON_HELP}
 
 ${CONNECT_HELP}
@@ -172,7 +175,7 @@ ${EXIT_CODES_HELP}`,
 Counts the live records by state (in_progress, completed, failed) and by procedure.
 
   --procedure P          only this procedure's records
-  --max N                examine at most N records in all (default 100000); the output says when it stopped short
+${MAX_HELP}
 ${COMMON_HELP}
 
 ${CONNECT_HELP}

@@ -169,7 +169,7 @@ export function releaseLines(result: ReleaseResult, steps: boolean): string[] {
 export function stuckLines(result: StuckResult & { olderThan: number }, time: number): string[] {
   const n = result.records.length;
   const lines = [
-    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago (${result.examined} record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : ', stopped at --max: not every record was examined'})${n > 0 ? ', oldest first:' : '.'}`,
+    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago, of ${result.examined} claim${result.examined === 1 ? '' : 's'} in progress examined${result.complete ? '' : ' (stopped at --max: not every record was read)'}${n > 0 ? '; oldest first:' : '.'}`,
   ];
   for (const rec of result.records) {
     const claimed =
@@ -192,7 +192,7 @@ export function statsLines(result: StatsResult): string[] {
   const counts = (c: Record<RecordState, number>) =>
     `${c.in_progress} in progress, ${c.completed} completed, ${c.failed} failed`;
   const lines = [
-    `${counts(result.byState)} (${result.examined} record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : ', stopped at --max: the counts are partial'})`,
+    `${counts(result.byState)} (${result.examined} live record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : '; stopped at --max: not every record was read, the counts are partial'})`,
   ];
   const procedures = Object.keys(result.byProcedure).sort();
   if (procedures.length > 0) {
