@@ -195,18 +195,19 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       const { store, advance } = await create();
       const admin = adminOf(store);
       const name = procedure();
-      await store.claim({ id: recordId('u1', name, 'held'), fingerprint: 'fp', token: 'h', lockTtl: 10_000 });
+      await store.claim({ id: recordId('u1', name, 'held'), fingerprint: 'fp', token: 'h', lockTtl: 60_000 });
       await completed(store, recordId('u1', name, 'done'), '1', 'completed');
       await completed(store, recordId('u2', name, 'failed'), '2', 'failed');
       // not examined: an expired claim, and another procedure's claim
-      await store.claim({ id: recordId('u1', name, 'expired'), fingerprint: 'fp', token: 'x', lockTtl: 50 });
-      await store.claim({ id: recordId('u1', procedure(), 'other'), fingerprint: 'fp', token: 'o', lockTtl: 10_000 });
-      await advance(150);
+      await store.claim({ id: recordId('u1', name, 'expired'), fingerprint: 'fp', token: 'x', lockTtl: 5 });
+      await store.claim({ id: recordId('u1', procedure(), 'other'), fingerprint: 'fp', token: 'o', lockTtl: 60_000 });
+      await advance(30);
+      // Pages of 100: several on a shared table or keyspace (a Redis listing walks every key of it)
       const examined = async (input: ListInput) => {
         let sum = 0;
         let cursor: string | undefined;
         do {
-          const page = await admin.list({ ...input, cursor, limit: 2 });
+          const page = await admin.list({ ...input, cursor, limit: 100 });
           sum += page.examined;
           cursor = page.cursor;
         } while (cursor !== undefined);
@@ -219,7 +220,7 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       expect(await examined({ name, state: 'in_progress', olderThan: 600_000 })).toBe(1);
 
       // what the CLI's stuck and stats print
-      const operator = idempotencyAdmin({ store, pageSize: 2 });
+      const operator = idempotencyAdmin({ store, pageSize: 100 });
       expect(await operator.stuck({ procedure: name, olderThan: 600_000 })).toMatchObject({
         records: [],
         examined: 1,
