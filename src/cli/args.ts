@@ -33,7 +33,10 @@ const RECORD: Options = {
  */
 export const URL_ENV = { redis: 'TRPC_IDEMPOTENCY_REDIS_URL', postgresql: 'TRPC_IDEMPOTENCY_DATABASE_URL' } as const;
 
-const REDIS_HELP = `  --redis URL            Redis (redis://[user:password@]host:port[/db], rediss:// for TLS), or set ${URL_ENV.redis}
+const STORE_HEADING = 'Store (the options the application gives its store):';
+
+const REDIS_HELP = `  --redis URL            Redis (redis://[user:password@]host:port[/db], rediss:// for TLS),
+                         or set ${URL_ENV.redis}
   --cluster              a Redis Cluster: the --redis URLs are seed nodes (repeat --redis, or separate with commas)
   --redis-client NAME    ioredis or node-redis (default: ioredis if installed, else node-redis)
   --prefix P             redisStore's prefix (default idem:)`;
@@ -41,16 +44,16 @@ const REDIS_HELP = `  --redis URL            Redis (redis://[user:password@]host
 const POSTGRES_HELP = `  --database-url URL     PostgreSQL (postgres://user:password@host:port/db), through pg and drizzle-orm,
                          or set ${URL_ENV.postgresql}`;
 
-/** What the environment variables do, after the flags of the stores a command takes. */
-const ENV_HELP = `A URL in the environment keeps its password out of ps and the shell's history; a flag wins over it.`;
+/** What the environment variables are for, after the flags of the stores a command takes. */
+const ENV_HELP = `A URL set in the environment keeps its password out of ps and the shell's history; a flag wins over it.`;
 
-const CONNECT_HELP = `Store (the options the application gives its store):
+const CONNECT_HELP = `${STORE_HEADING}
 ${REDIS_HELP}
 ${POSTGRES_HELP}
   --schema S             the schema of the idempotency_keys table: the connection's search_path is set to S
                          (drizzleStore uses the connection's search_path; default: the server's)
-${ENV_HELP} With both set, pass
---redis URL or --database-url URL, or empty one for the command.`;
+${ENV_HELP}
+With both variables set, pass --redis URL or --database-url URL, or empty one for the command.`;
 
 const RECORD_HELP = `Record (named as the layer names it, or by its id):
   --procedure P          the procedure path (payments.create)
@@ -263,7 +266,7 @@ still running could then run a second time. Only for stores with restartFence: t
 
 ${COMMON_HELP}
 
-Store (the options the application gives its store):
+${STORE_HEADING}
 ${REDIS_HELP}
 ${ENV_HELP}
 

@@ -208,7 +208,7 @@ export function releaseLines(result: ReleaseResult, steps: boolean): string[] {
 export function stuckLines(result: StuckResult & { olderThan: number }, time: number): string[] {
   const n = result.records.length;
   const lines = [
-    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago, of ${result.examined} claim${result.examined === 1 ? '' : 's'} in progress examined${result.complete ? '' : ' (stopped at --max: not every record was read)'}${n > 0 ? '; oldest first:' : '.'}`,
+    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago (${result.examined} claim${result.examined === 1 ? '' : 's'} in progress examined${result.complete ? '' : '; stopped at --max: not every record was read'})${n > 0 ? ', oldest first:' : '.'}`,
   ];
   for (const rec of result.records) {
     const claimed =
