@@ -26,20 +26,44 @@ const RECORD: Options = {
   id: { type: 'string' },
 };
 
-const CONNECT_HELP = `Store (the options the application gives its store):
-  --redis URL            Redis (redis://[user:password@]host:port[/db], rediss:// for TLS)
+/**
+ * Where the store URLs are read from when no flag gives them (a flag wins): out of `ps` and the
+ * shell's history. Named after the package and the flags, not `REDIS_URL` or `DATABASE_URL`, which an
+ * application's environment often sets for another store (a cache, the main database).
+ */
+export const URL_ENV = { redis: 'TRPC_IDEMPOTENCY_REDIS_URL', postgresql: 'TRPC_IDEMPOTENCY_DATABASE_URL' } as const;
+
+const STORE_HEADING = 'Store (the options the application gives its store):';
+
+const REDIS_HELP = `  --redis URL            Redis (redis://[user:password@]host:port[/db], rediss:// for TLS),
+                         or set ${URL_ENV.redis}
   --cluster              a Redis Cluster: the --redis URLs are seed nodes (repeat --redis, or separate with commas)
   --redis-client NAME    ioredis or node-redis (default: ioredis if installed, else node-redis)
-  --prefix P             redisStore's prefix (default idem:)
-  --database-url URL     PostgreSQL (postgres://user:password@host:port/db), through pg and drizzle-orm
+  --prefix P             redisStore's prefix (default idem:)`;
+
+const POSTGRES_HELP = `  --database-url URL     PostgreSQL (postgres://user:password@host:port/db), through pg and drizzle-orm,
+                         or set ${URL_ENV.postgresql}`;
+
+/** What the environment variables are for, after the flags of the stores a command takes. */
+const ENV_HELP = `A URL set in the environment keeps its password out of ps and the shell's history; a flag wins over it.`;
+
+const CONNECT_HELP = `${STORE_HEADING}
+${REDIS_HELP}
+${POSTGRES_HELP}
   --schema S             the schema of the idempotency_keys table: the connection's search_path is set to S
-                         (drizzleStore uses the connection's search_path; default: the server's)`;
+                         (drizzleStore uses the connection's search_path; default: the server's)
+${ENV_HELP}
+With both variables set, pass --redis URL or --database-url URL, or empty one for the command.`;
 
 const RECORD_HELP = `Record (named as the layer names it, or by its id):
   --procedure P          the procedure path (payments.create)
   --key K                the client's Idempotency-Key
-  --scope S              the procedure's scope (a user or tenant id), when it has one
+  --scope S              the procedure's scope (a user or tenant id), when it has one; --scope global
+                         (as scope: 'global', or a scope that returned null) is no scope, as leaving it out
   --id ID                the record's id instead (as stuck lists it)`;
+
+const MAX_HELP = `  --max N                read at most N records in all (default 100000): rows, or on Redis the keys SCAN walks,
+                         other data's too; the output says when it stopped short`;
 
 const COMMON_HELP = `  --json                 one JSON document on stdout, nothing else there (messages go to stderr)
   -h, --help             this help`;
@@ -150,7 +174,7 @@ that is no longer renewed expires by itself within its lockTtl.
 
   --older-than D         claims taken at least this long ago: 500ms, 30s, 5m, 2h, or a number of ms (default 5m)
   --procedure P          only this procedure's claims
-  --max N                examine at most N records in all (default 100000); the output says when it stopped short
+${MAX_HELP}
 ${COMMON_HELP}
 
 ${CONNECT_HELP}
@@ -172,7 +196,7 @@ ${EXIT_CODES_HELP}`,
 Counts the live records by state (in_progress, completed, failed) and by procedure.
 
   --procedure P          only this procedure's records
-  --max N                examine at most N records in all (default 100000); the output says when it stopped short
+${MAX_HELP}
 ${COMMON_HELP}
 
 ${CONNECT_HELP}
@@ -197,7 +221,7 @@ an advisory lock. On a table of millions of rows, migration 0002 builds an index
 makes claims wait meanwhile: see docs/stores.md (Creating the table) first. The table
 goes in the first schema of the search_path (--schema).
 
-  --database-url URL     PostgreSQL
+${POSTGRES_HELP}
   --schema S             create the table in schema S (the connection's search_path)
   --migrations-schema S  the schema of the migrations journal (default drizzle, as migrateIdempotencyKeys);
                          with one table per schema, give each its own journal (--migrations-schema S)
@@ -221,7 +245,7 @@ ${EXIT_CODES_HELP}`,
 Deletes expired records, then expired steps, in batches (drizzleStore's purgeExpired),
 and prints how many rows went. Schedule it (cron). Redis expires its keys by itself.
 
-  --database-url URL     PostgreSQL
+${POSTGRES_HELP}
   --schema S             the schema of the idempotency_keys table (the connection's search_path)
   --batch-size N         rows per statement (default 1000)
   --max-batches N        stop after N batches of each table (default: until none is left)
@@ -242,7 +266,9 @@ still running could then run a second time. Only for stores with restartFence: t
 
 ${COMMON_HELP}
 
-${CONNECT_HELP.split('\n').slice(0, 5).join('\n')}
+${STORE_HEADING}
+${REDIS_HELP}
+${ENV_HELP}
 
 ${EXIT_CODES_HELP}`,
   },
@@ -258,6 +284,8 @@ ${Object.entries(COMMANDS)
   .join('\n')}
 
 Run ${BIN} <command> --help for its flags. ${BIN} --version prints the version.
+The store's URL: --redis URL or --database-url URL, or in the environment ${URL_ENV.redis}
+or ${URL_ENV.postgresql} (a flag wins).
 
 Examples:
   ${BIN} inspect --redis redis://127.0.0.1:6379 --scope u1 --procedure pay --key K

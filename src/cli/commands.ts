@@ -4,9 +4,9 @@
  * answers in words or, with `--json`, as one JSON document on stdout, closes
  * the connection, and returns its exit code.
  */
-import { idempotencyAdmin, type RecordRef } from '../core/admin.js';
+import { type InspectedRecord, idempotencyAdmin, type RecordRef } from '../core/admin.js';
 import type { IdempotencyEvent } from '../core/events.js';
-import { type CommandName, parseCount, parseDuration, type Values } from './args.js';
+import { BIN, type CommandName, parseCount, parseDuration, type Values } from './args.js';
 import {
   type Connection,
   connectPostgres,
@@ -17,7 +17,7 @@ import {
   targetOf,
 } from './connect.js';
 import { EXIT, type ExitCode, usageError } from './exit-codes.js';
-import { recordLines, releaseLines, statsLines, stuckLines } from './format.js';
+import { absentHint, type Lookup, type Named, recordLines, releaseLines, statsLines, stuckLines } from './format.js';
 
 /** Where the CLI writes: stdout for the answer, stderr for messages and events. */
 export interface Io {
@@ -27,8 +27,11 @@ export interface Io {
 
 const str = (v: Values[string]): string | undefined => (typeof v === 'string' ? v : undefined);
 
+/** What `--scope global` means: the procedure's `scope: 'global'`, which keeps its records under no scope. */
+const GLOBAL_SCOPE = 'global';
+
 /** The record the flags name. @throws CliError (exit 2). */
-export function recordRef(command: string, values: Values): RecordRef & { scope?: string; key?: string } {
+export function recordRef(command: string, values: Values): RecordRef & Named {
   const [scope, procedure, key, id] = [str(values.scope), str(values.procedure), str(values.key), str(values.id)];
   if (id !== undefined) {
     if (scope !== undefined || procedure !== undefined || key !== undefined) {
@@ -43,11 +46,22 @@ export function recordRef(command: string, values: Values): RecordRef & { scope?
       `${command}: missing ${missing.join(' and ')}: name the record with --procedure P --key K (and --scope S when the procedure has a scope), or --id ID.`,
     );
   }
+  if (scope === GLOBAL_SCOPE) return { procedure: procedure!, key: key!, global: true };
   return scope === undefined ? { procedure: procedure!, key: key! } : { scope, procedure: procedure!, key: key! };
 }
 
 const connect = (target: Target, table = true): Promise<Connection> =>
   target.kind === 'redis' ? connectRedis(target) : connectPostgres(target, table);
+
+/** Where a record was looked up, for the lines of an absent one (and a message on stderr with --json). */
+function lookupOf(io: Io, json: boolean, target: Target, conn: Connection, rec: InspectedRecord, named: Named): Lookup {
+  const lookup: Lookup = { where: conn.where, store: target.kind };
+  if (json && rec.state === 'absent') {
+    const hint = absentHint(rec, named, lookup);
+    io.stderr(`${BIN}: no record ${rec.id} at ${lookup.where}${hint === undefined ? '.' : `. ${hint}`}`);
+  }
+  return lookup;
+}
 
 /** Runs `fn` on a connection to `target`, closed whatever happens. */
 async function withStore<T>(target: Target, fn: (conn: Connection) => Promise<T>): Promise<T> {
@@ -68,9 +82,10 @@ const inspect: Command = async (values, io) => {
   const ref = recordRef('inspect', values);
   const target = targetOf('inspect', values);
   const json = values.json === true;
-  return withStore(target, async ({ store }) => {
-    const rec = await idempotencyAdmin({ store }).inspect(ref, { body: values.body === true });
-    print(io, json, rec, () => recordLines(rec, ref));
+  return withStore(target, async (conn) => {
+    const rec = await idempotencyAdmin({ store: conn.store }).inspect(ref, { body: values.body === true });
+    const lookup = lookupOf(io, json, target, conn, rec, ref);
+    print(io, json, rec, () => recordLines(rec, ref, lookup));
     return rec.state === 'absent' ? EXIT.absent : EXIT.ok;
   });
 };
@@ -86,7 +101,8 @@ const release: Command = async (values, io) => {
     values.outcome === true,
   ];
   const token = str(values.token);
-  return withStore(target, async ({ store }) => {
+  return withStore(target, async (conn) => {
+    const { store } = conn;
     const events: IdempotencyEvent[] = [];
     const admin = idempotencyAdmin({
       store,
@@ -97,7 +113,8 @@ const release: Command = async (values, io) => {
     });
     const result = await admin.release(ref, { confirm, force, steps, outcome, token });
     const doc = events[0] === undefined ? result : { ...result, event: events[0] };
-    print(io, json, doc, () => [...recordLines(result.record, ref), '', ...releaseLines(result, steps)]);
+    const lookup = lookupOf(io, json, target, conn, result.record, ref);
+    print(io, json, doc, () => [...recordLines(result.record, ref, lookup), '', ...releaseLines(result, steps)]);
     if (result.done) return EXIT.ok;
     return {
       absent: EXIT.absent,

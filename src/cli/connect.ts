@@ -8,7 +8,7 @@
  */
 import type { IdempotencyStore } from '../core/store.js';
 import type { RedisStore } from '../stores/redis.js';
-import type { Values } from './args.js';
+import { BIN, URL_ENV, type Values } from './args.js';
 import { CliError, EXIT, usageError } from './exit-codes.js';
 
 /** How long a connection may take before the CLI gives up (ms). */
@@ -68,33 +68,60 @@ export function redact(url: string): string {
 
 const str = (v: Values[string]): string | undefined => (typeof v === 'string' ? v : undefined);
 
+type Want = 'any' | 'redis' | 'postgresql';
+
 /**
- * Which store the flags name. `want` restricts it (migrate and purge are for
- * PostgreSQL, initialize for Redis). @throws CliError (exit 2).
+ * The store's URL and where it came from: the flags, or when neither is given, the environment
+ * ({@link URL_ENV}). @throws CliError (exit 2).
  */
-export function targetOf(command: string, values: Values, want: 'any' | 'redis' | 'postgresql' = 'any'): Target {
-  const redisFlags = (values.redis as string[] | undefined) ?? [];
+function storeUrls(
+  command: string,
+  values: Values,
+  want: Want,
+  env: NodeJS.ProcessEnv,
+): { redis: string[]; redisFrom: string; databaseUrl: string | undefined; databaseFrom: string } {
+  const redis = (values.redis as string[] | undefined) ?? [];
   const databaseUrl = str(values['database-url']);
-  if (redisFlags.length > 0 && databaseUrl !== undefined) {
+  if (redis.length > 0 && databaseUrl !== undefined) {
     throw usageError(`${command}: pass --redis or --database-url, not both.`);
   }
-  if (redisFlags.length === 0 && databaseUrl === undefined) {
-    const which =
-      want === 'redis'
-        ? '--redis URL'
-        : want === 'postgresql'
-          ? '--database-url URL'
-          : 'the store: --redis URL (with --cluster for a Redis Cluster) or --database-url URL';
-    throw usageError(`${command}: pass ${which}.`);
+  const flags = { redis, redisFrom: '--redis', databaseUrl, databaseFrom: '--database-url' };
+  if (redis.length > 0 || databaseUrl !== undefined) return flags;
+  // An empty variable is no variable: `TRPC_IDEMPOTENCY_DATABASE_URL= trpc-idempotency ...` leaves it out.
+  const fromEnv = { redis: env[URL_ENV.redis] || undefined, postgresql: env[URL_ENV.postgresql] || undefined };
+  const useRedis = fromEnv.redis !== undefined && want !== 'postgresql';
+  const usePostgres = fromEnv.postgresql !== undefined && want !== 'redis';
+  if (useRedis && usePostgres) {
+    throw usageError(
+      `${command}: both ${URL_ENV.redis} and ${URL_ENV.postgresql} are set: say which store, with --redis URL or --database-url URL, or empty one for this command (${URL_ENV.postgresql}= ${BIN} ${command} ...).`,
+    );
   }
+  if (useRedis) return { ...flags, redis: [fromEnv.redis!], redisFrom: URL_ENV.redis };
+  if (usePostgres) return { ...flags, databaseUrl: fromEnv.postgresql, databaseFrom: URL_ENV.postgresql };
+  throw usageError(
+    want === 'redis'
+      ? `${command} is for Redis: pass --redis URL (or set ${URL_ENV.redis}).`
+      : want === 'postgresql'
+        ? `${command} is for PostgreSQL: pass --database-url URL (or set ${URL_ENV.postgresql}).`
+        : `${command}: pass the store: --redis URL (with --cluster for a Redis Cluster) or --database-url URL, or set ${URL_ENV.redis} or ${URL_ENV.postgresql}.`,
+  );
+}
+
+/**
+ * Which store the flags name, or the environment when no flag gives a URL.
+ * `want` restricts it (migrate and purge are for PostgreSQL, initialize for
+ * Redis). @throws CliError (exit 2).
+ */
+export function targetOf(command: string, values: Values, want: Want = 'any', env = process.env): Target {
+  const { redis: redisFlags, redisFrom, databaseUrl, databaseFrom } = storeUrls(command, values, want, env);
   if (databaseUrl !== undefined) {
-    if (want === 'redis') throw usageError(`${command} is for Redis: pass --redis URL.`);
+    if (want === 'redis') throw usageError(`${command} is for Redis: pass --redis URL (or set ${URL_ENV.redis}).`);
     for (const flag of ['cluster', 'redis-client', 'prefix'] as const) {
       if (values[flag] !== undefined)
-        throw usageError(`${command}: --${flag} is for Redis; with --database-url, leave it out.`);
+        throw usageError(`${command}: --${flag} is for Redis; with ${databaseFrom}, leave it out.`);
     }
     if (!/^postgres(ql)?:\/\//.test(databaseUrl)) {
-      throw usageError(`${command}: --database-url ${JSON.stringify(redact(databaseUrl))} is not a postgres:// URL.`);
+      throw usageError(`${command}: ${databaseFrom} ${JSON.stringify(redact(databaseUrl))} is not a postgres:// URL.`);
     }
     const schema = str(values.schema);
     if (schema !== undefined && (schema.length === 0 || schema.includes('\0'))) {
@@ -102,14 +129,16 @@ export function targetOf(command: string, values: Values, want: 'any' | 'redis' 
     }
     return { kind: 'postgresql', url: databaseUrl, schema };
   }
-  if (want === 'postgresql') throw usageError(`${command} is for PostgreSQL: pass --database-url URL.`);
+  if (want === 'postgresql') {
+    throw usageError(`${command} is for PostgreSQL: pass --database-url URL (or set ${URL_ENV.postgresql}).`);
+  }
   if (values.schema !== undefined) {
     throw usageError(`${command}: --schema is for PostgreSQL; for Redis, --prefix names the store's keys.`);
   }
   const urls = redisFlags.flatMap((flag) => flag.split(',')).map((u) => u.trim());
   for (const url of urls) {
     if (!/^rediss?:\/\/[^/]/.test(url)) {
-      throw usageError(`${command}: --redis ${JSON.stringify(redact(url))} is not a redis:// or rediss:// URL.`);
+      throw usageError(`${command}: ${redisFrom} ${JSON.stringify(redact(url))} is not a redis:// or rediss:// URL.`);
     }
   }
   const cluster = values.cluster === true;

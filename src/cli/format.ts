@@ -56,16 +56,55 @@ export function leaseText(
     : `${left}, ${renewed}: its holder stopped renewing it (gone or stalled); it expires by itself`;
 }
 
-/** A record as `inspect` prints it, one fact a line. */
-export function recordLines(rec: InspectedRecord, named?: { scope?: string; key?: string }): string[] {
+/** How the operator named a record (see commands.ts's recordRef): `global` for `--scope global`. */
+export interface Named {
+  scope?: string;
+  key?: string;
+  global?: boolean;
+}
+
+/** Where a record was looked up: the store's address (with its prefix or schema), and its kind. */
+export interface Lookup {
+  where: string;
+  store: 'redis' | 'postgresql';
+}
+
+/**
+ * Why a record the operator expected may read absent: it was looked up under
+ * another scope, prefix or schema than the application's. Undefined when its
+ * steps show the name is right.
+ */
+export function absentHint(rec: InspectedRecord, named: Named | undefined, lookup: Lookup): string | undefined {
+  if (rec.state !== 'absent' || rec.steps.length > 0) return undefined;
+  const store =
+    lookup.store === 'redis'
+      ? "A record under another --prefix is another record (an ioredis client's keyPrefix goes in front of it)."
+      : 'A record in another --schema is another record.';
+  if (named?.key === undefined) return store;
+  const scope =
+    named.scope === undefined
+      ? `Read with no scope${named.global ? ' (--scope global)' : ''}: a procedure whose scope returns a user or tenant id keeps its records under it: pass --scope.`
+      : `Read under scope ${named.scope}: a procedure with scope: 'global' (or whose scope returned null) keeps its records under no scope: leave --scope out.`;
+  return `${scope} ${store}`;
+}
+
+/** A record as `inspect` prints it, one fact a line; for an absent one, where it was looked up, with `lookup`. */
+export function recordLines(rec: InspectedRecord, named?: Named, lookup?: Lookup): string[] {
   const lines: [string, string][] = [['record', rec.id]];
-  const about =
-    named?.key === undefined
-      ? ''
-      : ` (${named.scope === undefined ? 'no scope' : `scope ${named.scope}`}, key ${named.key})`;
+  const scope = named?.global
+    ? "scope 'global' (no scope)"
+    : named?.scope === undefined
+      ? 'no scope'
+      : `scope ${named.scope}`;
+  const about = named?.key === undefined ? '' : ` (${scope}, key ${named.key})`;
   lines.push(['procedure', `${rec.procedure}${about}`]);
   lines.push(['keyHash', `${rec.keyHash} (the events of this key carry it)`]);
   lines.push(['state', rec.marker === undefined ? STATE_TEXT[rec.state] : MARKER_TEXT[rec.marker]]);
+  if (rec.state === 'absent' && lookup !== undefined) {
+    lines.push(['read', `${rec.id} at ${lookup.where}`]);
+    const hint = absentHint(rec, named, lookup);
+    if (hint !== undefined) lines.push(['', hint]);
+  }
   if (rec.state !== 'absent') {
     const attempt = rec.token === undefined ? '' : ` by attempt ${rec.token}`;
     lines.push([
@@ -169,7 +208,7 @@ export function releaseLines(result: ReleaseResult, steps: boolean): string[] {
 export function stuckLines(result: StuckResult & { olderThan: number }, time: number): string[] {
   const n = result.records.length;
   const lines = [
-    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago (${result.examined} record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : ', stopped at --max: not every record was examined'})${n > 0 ? ', oldest first:' : '.'}`,
+    `${n} claim${n === 1 ? '' : 's'} in progress taken at least ${duration(result.olderThan)} ago (${result.examined} claim${result.examined === 1 ? '' : 's'} in progress examined${result.complete ? '' : '; stopped at --max: not every record was read'})${n > 0 ? ', oldest first:' : '.'}`,
   ];
   for (const rec of result.records) {
     const claimed =
@@ -192,7 +231,7 @@ export function statsLines(result: StatsResult): string[] {
   const counts = (c: Record<RecordState, number>) =>
     `${c.in_progress} in progress, ${c.completed} completed, ${c.failed} failed`;
   const lines = [
-    `${counts(result.byState)} (${result.examined} record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : ', stopped at --max: the counts are partial'})`,
+    `${counts(result.byState)} (${result.examined} live record${result.examined === 1 ? '' : 's'} examined${result.complete ? '' : '; stopped at --max: not every record was read, the counts are partial'})`,
   ];
   const procedures = Object.keys(result.byProcedure).sort();
   if (procedures.length > 0) {

@@ -88,8 +88,9 @@ export interface ScanInput {
   /** Only this procedure's records. */
   procedure?: string;
   /**
-   * The most records examined in all, across pages: the cost is bounded by
-   * it, and the answer says when it stopped short (`complete: false`).
+   * The most records read in all, across pages (rows; keys on Redis, the
+   * store's or not, as SCAN walks them): the cost is bounded by it, and the
+   * answer says when it stopped short (`complete: false`).
    * @default 100_000
    */
   max?: number;
@@ -104,6 +105,7 @@ export interface StuckResult {
   records: (RecordSummary & { procedure: string; keyHash: string; renewedAt?: number; live?: boolean })[];
   /** The store's clock when the last page was read: what `claimedAt` and `renewedAt` compare with. */
   time: number;
+  /** The claims in progress (of `procedure`, when given) examined, whatever their age (see `ListPage.examined`). */
   examined: number;
   /** Every record was examined (false: `max` was reached first). */
   complete: boolean;
@@ -114,6 +116,7 @@ export interface StatsResult {
   byState: Record<RecordState, number>;
   /** Live records by procedure, then state. */
   byProcedure: Record<string, Record<RecordState, number>>;
+  /** The live records (of `procedure`, when given) examined: those counted (see `ListPage.examined`). */
   examined: number;
   /** Every record was examined (false: `max` was reached first). */
   complete: boolean;
@@ -215,20 +218,18 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
     const { procedure, max = 100_000, olderThan, state } = input;
     let cursor: string | undefined;
     let examined = 0;
+    // What the pages may read: a page reads about its `limit` (rows, keys), whatever it examines.
+    let read = 0;
     let time = 0;
     do {
-      const page = await admin!.list({
-        state,
-        name: procedure,
-        olderThan,
-        cursor,
-        limit: Math.min(pageSize, max - examined),
-      });
+      const limit = Math.min(pageSize, max - read);
+      const page = await admin!.list({ state, name: procedure, olderThan, cursor, limit });
+      read += limit;
       examined += page.examined;
       for (const rec of page.records) visit(rec, page.time);
       time = page.time;
       cursor = page.cursor;
-    } while (cursor !== undefined && examined < max);
+    } while (cursor !== undefined && read < max);
     return { examined, complete: cursor === undefined, time };
   }
 

@@ -1,4 +1,5 @@
 import { IdempotencyError } from './errors.js';
+import { describeValue } from './options.js';
 import { byteLengthExceeds } from './outcome.js';
 
 /** The longest key accepted, as in the IETF `Idempotency-Key` draft and Stripe. */
@@ -101,11 +102,27 @@ export function escapePart(part: string): string {
  * client key. Stores add their own prefix and layout around it. Distinct
  * triples always give distinct ids (`undefined`, no scope, is not `''`), and
  * an id is well-formed Unicode without NUL, so every store keeps it as it is.
+ * @throws {IdempotencyError} `input_unsupported` for a part that is not a string (a scope may be undefined).
  */
 export function recordId(scope: string | undefined, name: string, key: string): string {
+  // From JavaScript, another type would be turned into text: scope null would share the records of 'null'.
+  if ((typeof scope !== 'string' && scope !== undefined) || typeof name !== 'string' || typeof key !== 'string') {
+    throw offType(scope, name, key);
+  }
   // No escaped part ends in a bare '%': it stands for the empty scope.
   const scopePart = scope === undefined ? '' : scope === '' ? '%' : escapePart(scope);
   return `${scopePart}:${escapePart(name)}:${escapePart(key)}`;
+}
+
+/** The refusal of a record identity part that is not a string, saying what to pass instead. */
+function offType(scope: unknown, name: unknown, key: unknown): IdempotencyError {
+  const [part, value, what] =
+    typeof scope !== 'string' && scope !== undefined
+      ? ['scope', scope, 'a string (a user or tenant id; String(id) for a number), or no scope (undefined)']
+      : typeof name !== 'string'
+        ? ['operation name', name, 'a string (the procedure path)']
+        : ['key', key, 'the key as a string (parseIdempotencyKey reads it from a header)'];
+  return new IdempotencyError('input_unsupported', `The idempotency ${part} is ${describeValue(value)}: pass ${what}.`);
 }
 
 /**

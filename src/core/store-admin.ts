@@ -78,9 +78,9 @@ export interface ListInput {
   /** Where the previous page ended (its `cursor`); absent for the first page. */
   cursor?: string;
   /**
-   * Roughly how many records one call examines: a page's cost is bounded by
-   * it, not the number it returns (filters can return fewer, even none, with a
-   * cursor to go on). @default 1000
+   * Roughly how many records (rows, keys) one call reads: a page's cost is
+   * bounded by it, not by the number it returns or examines (filters can
+   * leave fewer, even none, with a cursor to go on). @default 1000
    */
   limit?: number;
 }
@@ -88,9 +88,14 @@ export interface ListInput {
 export interface ListPage {
   records: RecordSummary[];
   /**
-   * How many records (keys, rows) this call read, the filtered-out ones
-   * included: what a caller's budget counts. On Redis, a page that did not
-   * end the scan counts SCAN's COUNT, the keys it walked, whatever matched.
+   * How many records this call examined: the live records it read that are
+   * in the listing's `state` and of its `name` (when given), whatever their
+   * age. `olderThan` then picks those it lists, so a listing of the claims in
+   * progress older than 5m examines every claim in progress. Expired records,
+   * other names' and states' records, and keys that are not records are not
+   * counted: the same records give the same count on every store, whatever
+   * index or scan it reads them through. (Redis: a record that SCAN answers
+   * on two pages, as it may while Redis resizes its table, counts twice.)
    */
   examined: number;
   /** Where to go on; absent once every record was examined. */

@@ -52,7 +52,10 @@ export interface ExecuteInput<T> {
   key: string;
   /** The operation's name (the procedure path): part of the record identity and of the fingerprint. */
   name: string;
-  /** Who the key belongs to (user, tenant). Keys of different scopes never meet. */
+  /**
+   * Who the key belongs to (user, tenant). Keys of different scopes never meet.
+   * Undefined: no scope. Any other non-string (null, a number) is refused (`input_unsupported`).
+   */
   scope?: string | undefined;
   /** The operation's input, fingerprinted to detect reuse of a key with another payload. */
   payload: unknown;

@@ -25,8 +25,11 @@ const bytesOf = (column: string): string =>
   `case when substr(${column}, 1, 1) = chr(1) then octet_length(decode(substr(${column}, 2), 'base64'))
         else octet_length(${column}) end`;
 
-/** A timestamptz in ms since the epoch, as the store's other statements give `time`. */
-const msOf = (value: string): string => `date_part('epoch', ${value}) * 1000`;
+/**
+ * A timestamptz in whole ms since the epoch (PostgreSQL keeps microseconds): floored, as Redis's
+ * TIME is read, so every store's admin gives its times in one format.
+ */
+const msOf = (value: string): string => `floor(date_part('epoch', ${value}) * 1000)`;
 
 /** The columns of a RecordSummary, as a JSON array (see `summary`), of a row `k` of idempotency_keys. */
 const SUMMARY = `json_build_array(k.id, k.state, k.fingerprint, k.token, ${msOf('k.created_at')},
@@ -79,10 +82,10 @@ export const INSPECT = statement(
 /**
  * One page of a listing: up to $2 rows after the id $1 (keyset, through the
  * primary key), `from` choosing the rows the page reads. The result, in one
- * row: how many rows the page read, its last id, the time, and the live rows
- * that pass the filters, as JSON. The filters: $3 state (null: any),
- * $4 operation name, escaped as in the id (null: any), $5 claimed at least
- * this many ms ago (null: any).
+ * row: how many rows the page read, its last id, the time, how many it
+ * examined (live, in state $3 (null: any) and of the operation name $4,
+ * escaped as in the id (null: any)), and those of them claimed at least $5 ms
+ * ago (null: any), as JSON.
  */
 const listPage = (from: string) =>
   statement(
@@ -91,16 +94,19 @@ const listPage = (from: string) =>
     with page as (
       select id, state, fingerprint, token, body, created_at, expires_at, lock_ttl
         from idempotency_keys where id > $1 ${from} order by id limit $2::int
+    ), examined as (
+      select * from page k
+       where k.expires_at > statement_timestamp()
+         and ($3::text is null or k.state = $3::text)
+         and ($4::text is null or split_part(k.id, ':', 2) = $4::text)
     )
-    select (select count(*)::int from page) as examined,
+    select (select count(*)::int from page) as read,
            (select max(id) from page) as last,
            ${msOf('statement_timestamp()')} as time,
+           (select count(*)::int from examined) as examined,
            (select json_agg(${SUMMARY} order by k.id)::text
-              from page k
-             where k.expires_at > statement_timestamp()
-               and ($3::text is null or k.state = $3::text)
-               and ($4::text is null or split_part(k.id, ':', 2) = $4::text)
-               and ($5::float8 is null or k.created_at <= statement_timestamp() - $5::float8 * interval '1 millisecond')
+              from examined k
+             where $5::float8 is null or k.created_at <= statement_timestamp() - $5::float8 * interval '1 millisecond'
            ) as records`,
   );
 /** Every row, in id order. */
@@ -186,11 +192,10 @@ export function drizzleAdmin(run: RunStatement): StoreAdmin {
         olderThan: olderThan === undefined ? null : ms(olderThan),
       });
       if (row === undefined) throw new Error('drizzleStore: the list statement returned no row.');
-      const examined = Number(row.examined);
       const records = (json<SummaryColumns[]>(row.records) ?? []).map(summary);
-      const page: ListPage = { records, examined, time: Number(row.time) };
+      const page: ListPage = { records, examined: Number(row.examined), time: Number(row.time) };
       // A full page may have rows after it; a shorter one read the last.
-      if (examined === limit && row.last !== null && row.last !== undefined) page.cursor = String(row.last);
+      if (Number(row.read) === limit && row.last !== null && row.last !== undefined) page.cursor = String(row.last);
       return page;
     },
 

@@ -80,15 +80,17 @@ export function memoryAdmin<R extends AdminView>(internals: MemoryInternals<R>):
       const ids = [...records.keys()].filter((id) => cursor === undefined || id > cursor).sort();
       const page = ids.slice(0, limit);
       const found: RecordSummary[] = [];
+      let examined = 0;
       for (const id of page) {
         const rec = live(id, time);
         if (rec === undefined) continue;
         if (state !== undefined && rec.state !== state) continue;
         if (name !== undefined && nameOfRecordId(id) !== name) continue;
+        examined++;
         if (olderThan !== undefined && rec.claimedAt > time - olderThan) continue;
         found.push(summary(id, rec));
       }
-      const result: ListPage = { records: found, examined: page.length, time };
+      const result: ListPage = { records: found, examined, time };
       if (ids.length > page.length) result.cursor = page[page.length - 1]!;
       return result;
     },

@@ -108,9 +108,7 @@ export interface RedisAdminOptions {
  * key, the store's or not), about COUNT keys per call (at most 10 x COUNT
  * buckets of Redis's table), and Redis answers those that MATCH, so a filter
  * by name can answer few or none with a cursor to go on, and Redis can answer
- * a few more than COUNT. `examined` counts the keys SCAN answered (the
- * records under the prefix, and the name's when one is given), not those MATCH
- * left out. A record is answered at least once if it lives the whole listing,
+ * a few more than COUNT. A record is answered at least once if it lives the whole listing,
  * and can be answered twice across pages if Redis resized its table meanwhile
  * (SCAN's guarantees); on a Cluster the masters are walked in the order of
  * their addresses, so a failover or a resharding during a listing can skip or
@@ -177,6 +175,7 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
         ),
       );
       const records: RecordSummary[] = [];
+      let examined = 0;
       for (let i = 0; i < ids.length; i++) {
         const summary = read[i];
         if (summary === undefined || summary.length === 1) continue; // gone since the SCAN
@@ -184,13 +183,11 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
         const record = summaryOf(ids[i]!, now, fields, pttl, bytes);
         if (state !== undefined && record.state !== state) continue;
         if (name !== undefined && nameOfRecordId(record.id) !== name) continue;
+        examined++;
         if (olderThan !== undefined && record.claimedAt !== undefined && record.claimedAt > now - olderThan) continue;
         records.push(record);
       }
 
-      // SCAN walks about COUNT keys of the keyspace, the store's or not, and answers those MATCH lets
-      // through: a page that did not end its node's scan is charged COUNT, so `max` bounds the walk.
-      const examined = String(next) === '0' ? keys.length : Math.max(keys.length, count);
       const page: ListPage = { records, examined, time };
       if (String(next) !== '0') page.cursor = connection.isCluster ? `${at.node}:${next}` : String(next);
       else if (!over && at.node + 1 < nodes.length) page.cursor = `${at.node + 1}:0`;

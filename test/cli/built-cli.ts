@@ -24,12 +24,21 @@ export interface CliRun {
   ms: number;
 }
 
+export interface RunOptions {
+  timeout?: number;
+  /**
+   * Environment variables of the run, over this process's own; the CLI's store URLs
+   * (TRPC_IDEMPOTENCY_REDIS_URL, TRPC_IDEMPOTENCY_DATABASE_URL) only when given here.
+   */
+  env?: Record<string, string>;
+}
+
 export interface BuiltCli {
   /** The compiled entry (`<dir>/cli.js`). */
   entry: string;
-  run(args: string[], options?: { timeout?: number }): Promise<CliRun>;
+  run(args: string[], options?: RunOptions): Promise<CliRun>;
   /** Parses stdout as the one JSON document `--json` prints. */
-  json<T = Record<string, unknown>>(args: string[]): Promise<CliRun & { doc: T }>;
+  json<T = Record<string, unknown>>(args: string[], options?: RunOptions): Promise<CliRun & { doc: T }>;
   remove(): void;
 }
 
@@ -53,10 +62,18 @@ export async function buildCli(): Promise<BuiltCli> {
     { cwd: REPO },
   );
   const entry = join(dir, 'cli.js');
-  const run = (args: string[], { timeout = 20_000 } = {}) =>
+  const run = (args: string[], { timeout = 20_000, env = {} }: RunOptions = {}) =>
     new Promise<CliRun>((resolve, reject) => {
       const started = performance.now();
-      const child = spawn(process.execPath, [entry, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const {
+        TRPC_IDEMPOTENCY_REDIS_URL: _redis,
+        TRPC_IDEMPOTENCY_DATABASE_URL: _database,
+        ...inherited
+      } = process.env;
+      const child = spawn(process.execPath, [entry, ...args], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...inherited, ...env },
+      });
       let stdout = '';
       let stderr = '';
       child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -74,8 +91,8 @@ export async function buildCli(): Promise<BuiltCli> {
   return {
     entry,
     run,
-    async json<T>(args: string[]) {
-      const result = await run([...args, '--json']);
+    async json<T>(args: string[], options?: RunOptions) {
+      const result = await run([...args, '--json'], options);
       let doc: T;
       try {
         doc = JSON.parse(result.stdout) as T;

@@ -10,12 +10,15 @@
 
 import { randomUUID } from 'node:crypto';
 import { chmodSync, readFileSync } from 'node:fs';
+import { initTRPC } from '@trpc/server';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Cluster } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redact } from '../../src/cli/connect.js';
 import { createIdempotencyEngine, type IdempotencyStore, recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
+import { withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema } from '../helpers/postgres.js';
@@ -337,6 +340,47 @@ describe.each(KINDS)('on $name', (kind) => {
   });
 });
 
+// How a record is named is the CLI's, the same on every store: tested on Redis (an absent record's lines on
+// PostgreSQL are in the environment's test).
+describe('naming a record', () => {
+  const kind = KINDS[0]!;
+  it("--scope global names the records of a procedure with scope: 'global'; an absent record says what was read", async () => {
+    const op = `global${randomUUID().slice(0, 8)}`;
+    const t = initTRPC.create();
+    const router = t.router({
+      [op]: withIdempotency(t.procedure, { store: kind.store(), scope: 'global', getKey: () => 'k' }).mutation(
+        () => 'charged',
+      ),
+    });
+    await t.createCallerFactory(router)({})[op]!();
+
+    const named = ['--procedure', op, '--key', 'k'];
+    const global = await cli.json<Json>(['inspect', ...kind.flags(), '--scope', 'global', ...named]);
+    expect(global.code).toBe(0);
+    expect(global.doc).toMatchObject({ id: recordId(undefined, op, 'k'), state: 'completed' });
+    const globalText = await cli.run(['inspect', ...kind.flags(), '--scope', 'global', ...named]);
+    expect(globalText.stdout).toMatch(new RegExp(`procedure +${op} \\(scope 'global' \\(no scope\\), key k\\)`));
+
+    // under a scope, it is another record: absent, and the output says where it looked and why it may be elsewhere
+    const scoped = await cli.run(['inspect', ...kind.flags(), '--scope', 'u1', ...named]);
+    expect(scoped.code).toBe(4);
+    expect(scoped.stdout).toContain(`read         ${recordId('u1', op, 'k')} at ${redact(REDIS_URL)}`);
+    expect(scoped.stdout).toContain(`prefix ${prefix}`);
+    expect(scoped.stdout).toMatch(/scope: 'global' .*leave --scope out/);
+    // with --json, the JSON document on stdout, the message on stderr (release says it too)
+    const released = await cli.json<Json>(['release', ...kind.flags(), '--scope', 'u1', ...named, '--confirm']);
+    expect(released.code).toBe(4);
+    expect(released.doc).toMatchObject({ done: false, reason: 'absent', record: { state: 'absent' } });
+    expect(released.stderr).toContain(`no record ${recordId('u1', op, 'k')} at ${redact(REDIS_URL)}`);
+    expect(released.stderr).toMatch(/scope: 'global' .*leave --scope out/);
+
+    // unscoped, a record of a scoped procedure is not found either: the hint says to pass --scope
+    const unscoped = await cli.run(['inspect', ...kind.flags(), '--procedure', op, '--key', 'other']);
+    expect(unscoped.code).toBe(4);
+    expect(unscoped.stdout).toMatch(/no scope: .*--scope/);
+  });
+});
+
 describe('PostgreSQL only', () => {
   it('migrate applies the migrations to a fresh schema once; purge deletes expired rows', async () => {
     const fresh = await isolatedSchema('cli_fresh', 2, false);
@@ -470,6 +514,7 @@ describe('the command line', () => {
     const top = await cli.run(['--help']);
     expect(top.code).toBe(0);
     expect(top.stdout).toContain('Usage: trpc-idempotency <command>');
+    const helps: Record<string, string> = {};
     for (const command of ['inspect', 'release', 'stuck', 'stats', 'migrate', 'purge', 'initialize']) {
       const help = await cli.run([command, '--help']);
       expect(help.code, command).toBe(0);
@@ -477,8 +522,17 @@ describe('the command line', () => {
       expect(help.stdout).toContain('Exit codes:');
       expect((await cli.run([command, '-h'])).stdout).toBe(help.stdout);
       expect(top.stdout).toContain(`  ${command} `);
+      helps[command] = help.stdout;
     }
     expect((await cli.run(['help', 'release'])).stdout).toContain('--force');
+    // the store URLs' variables, where the command takes that store
+    const both = /TRPC_IDEMPOTENCY_REDIS_URL[\s\S]*TRPC_IDEMPOTENCY_DATABASE_URL/;
+    for (const command of ['inspect', 'release', 'stuck', 'stats']) expect(helps[command]).toMatch(both);
+    expect(top.stdout).toMatch(both);
+    for (const command of ['migrate', 'purge']) expect(helps[command]).toContain('TRPC_IDEMPOTENCY_DATABASE_URL');
+    expect(helps.initialize).toContain('TRPC_IDEMPOTENCY_REDIS_URL');
+    expect(helps.initialize).not.toContain('TRPC_IDEMPOTENCY_DATABASE_URL');
+    expect(helps.inspect).toContain('--scope global');
     const version = JSON.parse(readFileSync(`${REPO}/package.json`, 'utf8')).version;
     expect((await cli.run(['--version'])).stdout.trim()).toBe(version);
 
@@ -487,6 +541,49 @@ describe('the command line', () => {
     chmodSync(cli.entry, 0o755);
     const { execFileSync } = await import('node:child_process');
     expect(execFileSync(cli.entry, ['--version']).toString().trim()).toBe(version);
+  });
+
+  it('reads the store URLs from the environment when no flag gives them; a flag wins', async () => {
+    const env = { TRPC_IDEMPOTENCY_REDIS_URL: REDIS_URL, TRPC_IDEMPOTENCY_DATABASE_URL: DATABASE_URL };
+    const id = recordId('u1', procedure(), 'k');
+    await completed(redisStore({ client: redis, prefix }), id, '1', 'completed');
+
+    const redisOnly = { TRPC_IDEMPOTENCY_REDIS_URL: env.TRPC_IDEMPOTENCY_REDIS_URL };
+    const fromRedisEnv = await cli.json<Json>(['inspect', '--prefix', prefix, '--id', id], { env: redisOnly });
+    expect(fromRedisEnv.code).toBe(0);
+    expect(fromRedisEnv.doc).toMatchObject({ id, state: 'completed', bytes: 1 });
+    // an empty variable is no variable; an absent record's lines name the address read (its password hidden)
+    // and the schema
+    const pgOnly = { ...env, TRPC_IDEMPOTENCY_REDIS_URL: '' };
+    const pgId = recordId('u1', procedure(), 'none');
+    const absent = await cli.run(['inspect', '--schema', schema.schema, '--id', pgId], { env: pgOnly });
+    expect(absent.code).toBe(4);
+    expect(absent.stdout).toContain(`read         ${pgId} at ${redact(DATABASE_URL)}, schema ${schema.schema}`);
+    expect(absent.stdout).toContain('A record in another --schema is another record.');
+
+    // both set: a flag chooses (and wins over its own variable), or the command's store does
+    const both = await cli.run(['inspect', '--id', id], { env });
+    expect(both.code).toBe(2);
+    expect(both.stderr).toMatch(
+      /both TRPC_IDEMPOTENCY_REDIS_URL and TRPC_IDEMPOTENCY_DATABASE_URL are set: .*--redis URL or --database-url URL, or empty one/,
+    );
+    const flagged = await cli.json<Json>(['inspect', '--redis', REDIS_URL, '--prefix', prefix, '--id', id], {
+      env: { ...env, TRPC_IDEMPOTENCY_REDIS_URL: 'redis://127.0.0.1:1' },
+    });
+    expect(flagged.doc.state).toBe('completed');
+    const initialized = await cli.json<Json>(['initialize', '--prefix', `${prefix}env:`], { env });
+    expect(initialized.doc).toEqual({ written: 1, prefix: `${prefix}env:` });
+
+    // a bad value is named by its variable
+    const bad = await cli.run(['stats'], { env: { TRPC_IDEMPOTENCY_DATABASE_URL: 'mysql://u:secret@db/app' } });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(
+      /stats: TRPC_IDEMPOTENCY_DATABASE_URL "mysql:\/\/u:\*\*\*@db\/app" is not a postgres:\/\/ URL/,
+    );
+    const wrongStore = await cli.run(['migrate'], { env: redisOnly });
+    expect(wrongStore.stderr).toMatch(
+      /migrate is for PostgreSQL: pass --database-url URL \(or set TRPC_IDEMPOTENCY_DATABASE_URL\)/,
+    );
   });
 
   it('usage errors exit with 2 and say what to pass; nothing is read', async () => {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
   type IdempotencyStore,
+  idempotencyAdmin,
   type ListInput,
   type RecordSummary,
   recordId,
@@ -188,6 +189,71 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       const ids = new Set(everything.records.map((r) => r.id));
       expect(ids.has(held) && ids.has(elsewhere)).toBe(true);
       expect(ids.has(done)).toBe(false);
+    });
+
+    it('examined: the live records of the listed state and procedure, whatever their age; the same count on every store', async () => {
+      const { store, advance } = await create();
+      const admin = adminOf(store);
+      const name = procedure();
+      await store.claim({ id: recordId('u1', name, 'held'), fingerprint: 'fp', token: 'h', lockTtl: 60_000 });
+      await completed(store, recordId('u1', name, 'done'), '1', 'completed');
+      await completed(store, recordId('u2', name, 'failed'), '2', 'failed');
+      // not examined: an expired claim, and another procedure's claim
+      await store.claim({ id: recordId('u1', name, 'expired'), fingerprint: 'fp', token: 'x', lockTtl: 5 });
+      await store.claim({ id: recordId('u1', procedure(), 'other'), fingerprint: 'fp', token: 'o', lockTtl: 60_000 });
+      await advance(30);
+      // Pages of 100: several on a shared table or keyspace (a Redis listing walks every key of it)
+      const examined = async (input: ListInput) => {
+        let sum = 0;
+        let cursor: string | undefined;
+        do {
+          const page = await admin.list({ ...input, cursor, limit: 100 });
+          sum += page.examined;
+          cursor = page.cursor;
+        } while (cursor !== undefined);
+        return sum;
+      };
+      expect(await examined({ name })).toBe(3);
+      expect(await examined({ name, state: 'in_progress' })).toBe(1);
+      expect(await examined({ name, state: 'completed' })).toBe(1);
+      // the claim is examined, and too young to be listed
+      expect(await examined({ name, state: 'in_progress', olderThan: 600_000 })).toBe(1);
+
+      // what the CLI's stuck and stats print
+      const operator = idempotencyAdmin({ store, pageSize: 100 });
+      expect(await operator.stuck({ procedure: name, olderThan: 600_000 })).toMatchObject({
+        records: [],
+        examined: 1,
+        complete: true,
+      });
+      expect(await operator.stats({ procedure: name })).toMatchObject({ examined: 3, complete: true });
+    });
+
+    it('gives every time in whole milliseconds', async () => {
+      const { store } = await create();
+      const admin = adminOf(store);
+      const name = procedure();
+      const held = recordId('u1', name, 'held');
+      await store.claim({ id: held, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      await store.saveStep?.({
+        id: held,
+        token: 'a',
+        fingerprint: 'fp',
+        index: 0,
+        name: 's',
+        body: '1',
+        ttl: 60_000,
+        lockTtl: 10_000,
+      });
+      await completed(store, recordId('u1', name, 'done'), '1', 'completed');
+      const times = (r: object) =>
+        Object.entries(r).filter(([field]) => ['time', 'claimedAt', 'expiresAt', 'stepsExpireAt'].includes(field));
+      const read = [await admin.inspect({ id: held }), ...(await listAll(admin, { name })).records];
+      expect(read).toHaveLength(3);
+      for (const record of read) {
+        for (const [field, value] of times(record)) expect(Number.isInteger(value), `${field} ${value}`).toBe(true);
+      }
+      expect(Number.isInteger((await admin.list({ name })).time)).toBe(true);
     });
 
     it('forgets a record only as the operator saw it: same state, same token', async () => {

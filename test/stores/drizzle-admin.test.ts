@@ -28,7 +28,7 @@ async function clear() {
   await pgs.pool.query('truncate idempotency_keys, idempotency_steps');
 }
 
-/** Every page of a listing, and each page's count of rows read. */
+/** Every page of a listing, and each page's count of records examined. */
 async function pages(store: ReturnType<typeof storeOf>, input: ListInput) {
   const records: RecordSummary[] = [];
   const examined: number[] = [];
@@ -61,7 +61,7 @@ describe('the listing, paged by id', () => {
         await store.complete({ id, fingerprint: 'fp', token: `t${i}`, state: 'failed', body: '"e"', ttl: 60_000 });
       }
     }
-    // Expired rows are read (and counted) but never listed.
+    // Expired rows are read (a page's cost) but never examined nor listed.
     for (let i = 0; i < 6; i++) {
       const id = recordId('u0', 'orders.create', `gone${i}`);
       await store.claim({ id, fingerprint: 'fp', token: 'g', lockTtl: 1 });
@@ -78,15 +78,18 @@ describe('the listing, paged by id', () => {
     const all = await pages(store, { limit: 7 });
     expect(all.records.map((r) => r.id)).toEqual(live);
     expect(all.examined.every((n) => n <= 7)).toBe(true);
-    expect(all.examined.reduce((a, b) => a + b, 0)).toBe(rows.length);
+    expect(all.examined.reduce((a, b) => a + b, 0)).toBe(live.length);
+    // pages of 7 rows, the expired ones among them
     expect(all.examined).toHaveLength(Math.floor(rows.length / 7) + 1);
 
-    // The claims in progress: a page reads only rows in progress (the expired ones among them).
+    // The claims in progress: a page reads only rows in progress (the expired ones among them), so
+    // there are as many pages as those rows fill.
     const inProgress = rows.filter((r) => r.state === 'in_progress').map((r) => r.id);
     expect(inProgress).toHaveLength(ids.held.length + ids.expiredHeld.length);
     const held = await pages(store, { state: 'in_progress', limit: 4 });
     expect(held.records.map((r) => r.id)).toEqual([...ids.held].sort((a, b) => live.indexOf(a) - live.indexOf(b)));
-    expect(held.examined.reduce((a, b) => a + b, 0)).toBe(inProgress.length);
+    expect(held.examined).toHaveLength(Math.floor(inProgress.length / 4) + 1);
+    expect(held.examined.reduce((a, b) => a + b, 0)).toBe(ids.held.length);
     expect(held.records.every((r) => r.state === 'in_progress' && r.lockTtl === 60_000)).toBe(true);
 
     // Filters apply to the page read: the name, and a state other than in progress.
@@ -94,18 +97,23 @@ describe('the listing, paged by id', () => {
     expect(charges.records.map((r) => r.id)).toEqual(
       live.filter((id) => id.includes(':payments.charge:') && ids.done.includes(id)),
     );
-    expect(charges.examined.reduce((a, b) => a + b, 0)).toBe(rows.length);
+    expect(charges.examined.reduce((a, b) => a + b, 0)).toBe(charges.records.length);
+    expect(charges.examined).toHaveLength(Math.floor(rows.length / 9) + 1);
 
     // What the CLI's stuck and stats read, page by page.
     const operator = idempotencyAdmin({ store, pageSize: 5 });
     const stats = await operator.stats();
-    expect(stats).toMatchObject({ complete: true, examined: rows.length });
+    expect(stats).toMatchObject({ complete: true, examined: live.length });
     expect(stats.byState).toEqual({ in_progress: ids.held.length, completed: ids.done.length, failed: 36 });
     const stuck = await operator.stuck({ olderThan: 0 });
-    expect(stuck).toMatchObject({ complete: true, examined: inProgress.length });
+    expect(stuck).toMatchObject({ complete: true, examined: ids.held.length });
     expect(stuck.records.map((r) => r.id).sort()).toEqual([...ids.held].sort());
+    // --max bounds the rows read: the first 12, of which the live ones are examined
     const capped = await operator.stats({ max: 12 });
-    expect(capped).toMatchObject({ complete: false, examined: 12 });
+    expect(capped).toMatchObject({
+      complete: false,
+      examined: rows.slice(0, 12).filter((r) => live.includes(r.id)).length,
+    });
   });
 
   it('costs one statement per page, inspect and forget one each', async () => {

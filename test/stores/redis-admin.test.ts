@@ -151,7 +151,8 @@ describe('redis admin: layout', () => {
     await redis.set(stray, 'not a record', 'PX', 60_000);
     const all = await listAll(store.admin, {});
     expect(all.ids).toEqual([id]);
-    expect(all.examined).toBe(2);
+    // the stray key matched the pattern and was read: not a record, so not examined
+    expect(all.examined).toBe(1);
 
     // the marker lost (a flush): the operator's calls do not raise the fence
     await redis.del(`${fencedPrefix}fence`);
@@ -260,9 +261,8 @@ describe('redis admin on a Cluster: a listing walks every master', () => {
 
     const all = await listAll(store.admin, { limit: 50 });
     expect(new Set(all.ids)).toEqual(new Set([...ids, other]));
-    // every key it walked, at least: a page that did not end its master's scan is charged SCAN's COUNT
-    expect(all.examined).toBeGreaterThanOrEqual(301);
-    expect(all.examined).toBeLessThanOrEqual(301 + 50 * all.cursors.length);
+    // the records SCAN answered, every one of them listed (no filter): 301, more if Redis resized a table meanwhile
+    expect(all.examined).toBe(all.records.length);
 
     const info = await store.admin.inspect({ id: ids[5]! });
     expect(info).toMatchObject({ state: 'in_progress', lockTtl: 30_000, steps: [] });

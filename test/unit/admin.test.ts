@@ -299,10 +299,25 @@ describe('idempotencyAdmin', () => {
     expect(stuck.records.map((r) => r.token)).toEqual(['old', 'middle']);
     // lockTtl 600 s, claimed 121 s ago: less than half a lease ago, as a renewing holder keeps it
     expect(stuck.records[0]).toMatchObject({ procedure: 'pay', live: true, state: 'in_progress' });
-    expect(stuck).toMatchObject({ complete: true, examined: 4 });
+    // examined: the three claims in progress, the young one too; not the completed record
+    expect(stuck).toMatchObject({ complete: true, examined: 3 });
     expect((await admin.stuck({ olderThan: 30_000, procedure: 'pay' })).records.map((r) => r.token)).toEqual(['old']);
+    // max bounds the records read: u:pay:done and u:pay:new (the ids' order), one claim among them
     const bounded = await admin.stuck({ olderThan: 0, max: 2 });
-    expect(bounded).toMatchObject({ complete: false, examined: 2 });
+    expect(bounded).toMatchObject({ complete: false, examined: 1 });
+    expect(bounded.records.map((r) => r.token)).toEqual(['new']);
+  });
+
+  it('max bounds the records read, also when the pages examine none (a Redis shared with other keys)', async () => {
+    const { admin, store } = setup();
+    for (let i = 0; i < 10; i++) {
+      const id = recordId('u', 'pay', `k${i}`);
+      await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+      await store.complete({ id, fingerprint: 'fp', token: 't', state: 'completed', body: '', ttl: 60_000 });
+    }
+    // pages of 2: stopped after 5 records read, none of them a claim
+    expect(await admin.stuck({ olderThan: 0, max: 5 })).toMatchObject({ records: [], examined: 0, complete: false });
+    expect(await admin.stuck({ olderThan: 0 })).toMatchObject({ records: [], examined: 0, complete: true });
   });
 
   it('stats: live records by state and procedure', async () => {

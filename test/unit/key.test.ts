@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from '../../src/core.js';
+import { createIdempotencyEngine, MAX_KEY_LENGTH, memoryStore, parseIdempotencyKey, recordId } from '../../src/core.js';
 import { IdempotencyError } from '../../src/index.js';
 
 describe('parseIdempotencyKey', () => {
@@ -54,5 +54,45 @@ describe('recordId', () => {
     expect(recordId(undefined, 'pay', 'k')).toBe(':pay:k');
     expect(recordId('u1', 'pay', '{x}%')).toBe('u1:pay:%7Bx%7D%25');
     expect(recordId('u1', 'pay', '%7Bx%7D%25')).not.toBe(recordId('u1', 'pay', '{x}%'));
+  });
+});
+
+describe('a record identity of another type than string (from JavaScript)', () => {
+  // String(null) is 'null', String(7) is '7': turned into text, they would share the records of those strings.
+  it.each([
+    [
+      'a null scope',
+      { scope: null },
+      /scope is null: pass a string \(a user or tenant id; String\(id\) for a number\), or no scope \(undefined\)/,
+    ],
+    ['a number scope', { scope: 7 }, /scope is the number 7: pass a string/],
+    ['an object scope', { scope: { id: 'u1' } }, /scope is an object: pass a string/],
+    ['a number key', { key: 42 }, /key is the number 42: pass the key as a string/],
+    ['a null name', { name: null }, /operation name is null: pass a string \(the procedure path\)/],
+  ])('the engine refuses %s before it reads the store', async (_, part, message) => {
+    const store = memoryStore();
+    const engine = createIdempotencyEngine({ store });
+    let ran = 0;
+    const input = { scope: 'u1', name: 'pay', key: 'k', payload: {}, ...part } as unknown as Parameters<
+      typeof engine.run
+    >[0];
+    const refused = await engine.run(input, async () => ++ran).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(IdempotencyError);
+    expect(refused).toMatchObject({ reason: 'input_unsupported' });
+    expect((refused as Error).message).toMatch(message);
+    expect(ran).toBe(0);
+    expect((await store.admin.list({})).records).toEqual([]);
+  });
+
+  it('undefined is no scope, apart from the empty scope and from the scope "null"', async () => {
+    expect(recordId(undefined, 'pay', 'k')).toBe(':pay:k');
+    expect(recordId('', 'pay', 'k')).not.toBe(recordId(undefined, 'pay', 'k'));
+    expect(() => recordId(null as unknown as string, 'pay', 'k')).toThrow(IdempotencyError);
+    const engine = createIdempotencyEngine({ store: memoryStore() });
+    const run = (scope: string | undefined) =>
+      engine.run({ scope, name: 'pay', key: 'k', payload: {} }, async () => scope ?? 'none');
+    expect(await run(undefined)).toEqual({ value: 'none', replayed: false });
+    expect(await run('null')).toEqual({ value: 'null', replayed: false });
+    expect(await run(undefined)).toEqual({ value: 'none', replayed: true });
   });
 });
