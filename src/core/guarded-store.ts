@@ -48,8 +48,8 @@ export interface GuardedStore {
   complete(attempt: Attempt, input: CompleteInput, options?: CallOptions<CompleteResult>): Promise<CompleteResult>;
   /** Gives the key back; false when the attempt no longer held it. */
   release(attempt: Attempt): Promise<boolean>;
-  /** Renews the attempt's claim; false when it no longer holds it. */
-  extend(attempt: Attempt): Promise<boolean>;
+  /** Renews the attempt's claim; false when it no longer holds it. `quiet`: the caller reported a failure of this run already. */
+  extend(attempt: Attempt, quiet?: boolean): Promise<boolean>;
   /** Only where {@link savesSteps}. */
   saveStep(attempt: Attempt, input: SaveStepInput): Promise<SaveStepResult>;
   /** Listens for the key to settle (see IdempotencyStore.onSettled), or undefined where the store cannot notify. */
@@ -61,6 +61,7 @@ export interface GuardedStore {
 }
 
 const noop = () => {};
+const QUIET = Object.freeze({ quiet: true });
 
 /** Starts a store call; a synchronous throw becomes a rejection. */
 function start<T>(fn: () => Promise<T>): Promise<T> {
@@ -163,14 +164,18 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
     claim,
     complete: (attempt, input, options) => guarded('complete', attempt, () => store.complete(input), options),
     release: (attempt) => guarded('release', attempt, () => store.release({ id: attempt.id, token: attempt.token })),
-    extend: (attempt) =>
-      guarded('extend', attempt, () =>
-        store.extend({
-          id: attempt.id,
-          token: attempt.token,
-          lockTtl: attempt.policy.lockTtl,
-          fingerprint: attempt.fp,
-        }),
+    extend: (attempt, quiet) =>
+      guarded(
+        'extend',
+        attempt,
+        () =>
+          store.extend({
+            id: attempt.id,
+            token: attempt.token,
+            lockTtl: attempt.policy.lockTtl,
+            fingerprint: attempt.fp,
+          }),
+        quiet === true ? QUIET : undefined,
       ),
     saveStep: (attempt, input) => guarded('save_step', attempt, () => store.saveStep!(input)),
     async subscribe(attempt, listener) {

@@ -1,25 +1,30 @@
 import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import type { EngineRuntime } from './runtime.js';
-import { detachedTimeout, type Timed, type TimerQueue, timerQueue } from './timing.js';
+import { type Timed, type TimerQueue, timerQueues } from './timing.js';
 
 type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
 
 /** How often a claim of `lockTtl` is renewed: every third of it. */
 export const renewalPeriod = (lockTtl: number): number => Math.max(Math.floor(lockTtl / 3), 1);
 
+// Leases' queues apart from the store calls' timeouts (timing.ts's timerQueue): a lease is placed by
+// when its claim was sent, walking back over the entries added since, and only other leases are added so often.
+const leaseQueue = timerQueues();
+
 /**
  * Keeps a claim alive while its operation runs, so a slow but alive operation is never run twice.
  *
  * The store keeps a claim lockTtl from when it took the claim or its last renewal, which is no
  * earlier than when the engine sent it: so the lease counts lockTtl from the sending of the last
- * claim or renewal the store confirmed. Renewals go out every lockTtl / 3 from the claim's sending,
- * whether or not one is still on its way; one that fails or times out is sent again storeTimeout
- * after it was sent (at once, for a timeout), unless a newer one went out meanwhile. So k renewals
- * lost in a row are survived when lockTtl / 3 + k × storeTimeout + the time a renewal takes to
- * reach the store < lockTtl: one at the largest storeTimeout allowed (lockTtl / 3), 19 at the
- * defaults. Unconfirmed for a whole lockTtl, the claim may have expired: the signal aborts then
- * (`unconfirmed`), as it does when the store says the claim is another's (`fenced`).
+ * claim or renewal the store confirmed. The first renewal goes out lockTtl / 3 after the claim was
+ * sent, each next one lockTtl / 3 after the one before, whether or not that one was answered; one
+ * that fails or times out is sent again storeTimeout after it was sent (at once, for a timeout),
+ * unless a newer one went out meanwhile. So k renewals lost in a row are survived when
+ * lockTtl / 3 + k × storeTimeout + the time a renewal takes to reach the store < lockTtl: one at
+ * the largest storeTimeout allowed (lockTtl / 3), 19 at the defaults. The lease also wakes when
+ * the claim may expire, unconfirmed: the signal aborts then (`unconfirmed`), as it does when the
+ * store says the claim is another's (`fenced`) or `maxRunTime` has passed.
  *
  * One object per claimed run, renewed through the shared {@link TimerQueue} of its period: most
  * runs stop it at once, so it makes no timer, closure or AbortController of its own until it needs one.
@@ -34,14 +39,12 @@ export class Lease implements Timed {
   // Created when first read: most operations never look at their signal.
   #controller: AbortController | undefined;
   #lostWith: Error | undefined;
-  /** runtime.now() at the start, for maxRunTime. */
-  readonly #startedAt: number;
   /** When the last claim or renewal the store confirmed was sent (performance.now() time). */
   #confirmedAt: number;
-  /** Renewals sent: a failed one is retried only if it is still the latest. */
+  /** Renewals sent: a failed one is sent again only if it is still the latest. */
   #sent = 0;
-  /** The retry of a renewal that failed, when it waits for its time. */
-  #retry: NodeJS.Timeout | undefined;
+  /** The last renewal failed: the next failures go unreported until one succeeds (the guard reported the first). */
+  #failing = false;
   #stopped = false;
 
   constructor(
@@ -49,9 +52,8 @@ export class Lease implements Timed {
     private readonly attempt: Attempt,
   ) {
     this.started = performance.now();
-    this.#startedAt = runtime.now();
     this.#confirmedAt = attempt.claimSentAt;
-    timerQueue(renewalPeriod(attempt.policy.lockTtl)).addSince(this, attempt.claimSentAt);
+    this.#wakeAt(attempt.claimSentAt + renewalPeriod(attempt.policy.lockTtl));
   }
 
   /** Aborts when the claim is lost, not when the caller goes away (see `RunOptions.signal`). */
@@ -66,10 +68,6 @@ export class Lease implements Timed {
   stop(): void {
     this.#stopped = true;
     this.queue?.remove(this);
-    if (this.#retry !== undefined) {
-      clearTimeout(this.#retry);
-      this.#retry = undefined;
-    }
   }
 
   /** True once the claim was lost (and reported). */
@@ -87,60 +85,67 @@ export class Lease implements Timed {
     this.#markLost('fenced');
   }
 
-  /** A renewal is due (the queue calls it every period until stopped). */
+  /** Its time came: a renewal is due, or the claim may expire unconfirmed, or maxRunTime passed. */
   fire(): void {
     this.queue = undefined;
-    // From now, not from when it was due: after a stalled event loop, one renewal, not one per period missed.
-    timerQueue(renewalPeriod(this.attempt.policy.lockTtl)).add(this, performance.now());
     this.#renew();
+  }
+
+  /**
+   * Wakes at `at` (performance.now() time), or sooner if the claim may expire unconfirmed or
+   * maxRunTime passes before then, so the signal aborts on time.
+   */
+  #wakeAt(at: number): void {
+    const { lockTtl, maxRunTime } = this.attempt.policy;
+    let due = Math.min(at, this.#confirmedAt + lockTtl);
+    if (maxRunTime !== undefined) due = Math.min(due, this.started + maxRunTime);
+    const period = renewalPeriod(lockTtl);
+    this.queue?.remove(this);
+    leaseQueue(period).addSince(this, due - period);
   }
 
   #renew(): void {
     if (this.#stopped) return;
     const { lockTtl, maxRunTime } = this.attempt.policy;
-    if (maxRunTime !== undefined && this.runtime.now() - this.#startedAt >= maxRunTime) {
+    const sentAt = performance.now();
+    if (maxRunTime !== undefined && sentAt - this.started >= maxRunTime) {
       this.#lose('max_run_time');
       return;
     }
-    const sentAt = performance.now();
     if (sentAt - this.#confirmedAt >= lockTtl) {
       this.#lose('unconfirmed');
       return;
     }
     const n = ++this.#sent;
-    if (this.#retry !== undefined) {
-      clearTimeout(this.#retry);
-      this.#retry = undefined;
-    }
-    this.#extend().then(
+    // The next a period from now, whatever this one's fate: after a stalled event loop, one renewal.
+    this.#wakeAt(sentAt + renewalPeriod(lockTtl));
+    this.#extend(this.#failing).then(
       (held) => {
-        if (!held) this.#lose('fenced');
-        else if (sentAt > this.#confirmedAt) this.#confirmedAt = sentAt;
+        if (!held) return this.#lose('fenced');
+        this.#failing = false;
+        if (sentAt > this.#confirmedAt) this.#confirmedAt = sentAt;
+        // Woken before the claim might expire, counted from the previous confirmation: a period from this one now.
+        if (n === this.#sent && !this.#stopped) this.#wakeAt(sentAt + renewalPeriod(lockTtl));
       },
-      // The guard reported the failure.
       () => this.#failed(n, sentAt),
     );
   }
 
-  /** Renewal `n`, sent at `sentAt`, failed or timed out: sent again, at the latest when the claim may expire. */
+  /** Renewal `n`, sent at `sentAt`, failed or timed out: sent again storeTimeout after it was sent (now, for a timeout). */
   #failed(n: number, sentAt: number): void {
+    this.#failing = true;
     if (this.#stopped || n !== this.#sent) return; // a newer renewal is on its way: its answer decides
     const { lockTtl, storeTimeout } = this.attempt.policy;
-    const retryAt = Math.min(sentAt + storeTimeout, this.#confirmedAt + lockTtl);
-    const wait = retryAt - performance.now();
-    if (wait <= 0) this.#renew();
-    else
-      this.#retry = detachedTimeout(() => {
-        this.#retry = undefined;
-        this.#renew();
-      }, Math.ceil(wait));
+    const at = sentAt + Math.min(storeTimeout, renewalPeriod(lockTtl));
+    if (at <= performance.now()) this.#renew();
+    else this.#wakeAt(at);
   }
 
-  async #extend(): Promise<boolean> {
+  async #extend(quiet: boolean): Promise<boolean> {
     const { store, emit, observed } = this.runtime;
     const { name, keyHash } = this.attempt;
     const renewStart = observed ? performance.now() : 0;
-    const held = await store.extend(this.attempt);
+    const held = await store.extend(this.attempt, quiet);
     if (held && observed) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
     return held;
   }

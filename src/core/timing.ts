@@ -129,14 +129,18 @@ export class TimerQueue {
   };
 }
 
-const queues = new Map<number, TimerQueue>();
-
-/** The process's queue for one delay, in ms. */
-export function timerQueue(ms: number): TimerQueue {
-  let queue = queues.get(ms);
-  if (queue === undefined) queues.set(ms, (queue = new TimerQueue(ms)));
-  return queue;
+/** A set of queues, one per delay: `(ms) => the queue of that delay`. */
+export function timerQueues(): (ms: number) => TimerQueue {
+  const queues = new Map<number, TimerQueue>();
+  return (ms) => {
+    let queue = queues.get(ms);
+    if (queue === undefined) queues.set(ms, (queue = new TimerQueue(ms)));
+    return queue;
+  };
 }
+
+/** The process's queue for one delay, in ms: store calls' timeouts. */
+export const timerQueue: (ms: number) => TimerQueue = timerQueues();
 
 /** A store call's timeout: rejects the call's promise with `onTimeout()` when it fires. */
 class Timeout implements Timed {

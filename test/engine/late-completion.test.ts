@@ -95,6 +95,34 @@ describe('a completion the store does not confirm', () => {
     memory.close();
   });
 
+  it('that lands after a takeover whose holder gave the key back is reported when it lands, after the fenced', async () => {
+    const memory = memoryStore();
+    // the first attempt's answer comes back at 50 + 2 × 700 = 1,450; the second is lost; later ones arrive
+    const a = instanceA(memory, (n) => (n === 1 ? { delay: 700 } : n === 2 ? { lost: true } : {}));
+    await vi.advanceTimersByTimeAsync(lockTtl);
+    // B takes the expired claim at 300, fails at 600: its key is given back
+    const engineB = createIdempotencyEngine({ store: memory, lockTtl, storeTimeout });
+    const b = engineB
+      .run(input, async () => {
+        a.runs.push('B');
+        await after(300);
+        throw new Error('declined');
+      })
+      .catch((error: Error) => error.message);
+    await vi.advanceTimersByTimeAsync(10 * lockTtl);
+    expect([await a.answer, await b]).toEqual([{ value: 'A', replayed: false }, 'declined']);
+    expect(a.runs).toEqual(['A', 'B']);
+    // the retries found B's claim (fenced); then A's first attempt reached the free key and stored A
+    expect(terminal(a.events).map((e) => `${e.result}/${e.reason}`)).toEqual([
+      'lease_lost/fenced',
+      'completed/completed_late',
+    ]);
+    const retry = a.engine.run(input, async () => 'again');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(await retry).toEqual({ value: 'A', replayed: true });
+    memory.close();
+  });
+
   it('that lands after the retries gave up is reported when it lands, as completed_late, and the retry replays it', async () => {
     const memory = memoryStore();
     // the first attempt takes 900 ms to reach the store, and its answer as long to come back; every retry is lost

@@ -38,12 +38,13 @@ async function race({ lockTtl, storeTimeout, lost, delay = 0, duration = 2 * loc
   const runs: string[] = [];
   const engineB = createIdempotencyEngine({ ...options, store: memory });
   const retries: Promise<unknown>[] = [];
+  const start = virtualNow(); // times below are from here
   let takenAt: number | undefined;
   const retryB = () =>
     retries.push(
       engineB
         .run(input, async () => {
-          takenAt ??= virtualNow();
+          takenAt ??= virtualNow() - start;
           runs.push('B');
           return 'B';
         })
@@ -59,12 +60,13 @@ async function race({ lockTtl, storeTimeout, lost, delay = 0, duration = 2 * loc
   let abortedAt: number | undefined;
   const first = engineA.run(input, async ({ signal }) => {
     runs.push('A');
-    signal.addEventListener('abort', () => (abortedAt = virtualNow()));
+    signal.addEventListener('abort', () => (abortedAt = virtualNow() - start));
     await after(duration);
     return 'A';
   });
   await vi.advanceTimersByTimeAsync(duration + 2 * delay + 2 * lockTtl);
   memory.close();
+  await vi.runAllTimersAsync(); // no timer left for the next case
   return { first: await first, retries: await Promise.all(retries), runs, events, abortedAt, takenAt };
 }
 
@@ -98,6 +100,8 @@ describe('a claim whose renewals are lost', () => {
       for (let k = 1; survives(lockTtl, storeTimeout, k - 1, 0); k++) {
         const { runs, events, abortedAt, takenAt } = await race({ lockTtl, storeTimeout, lost: (n) => n <= k });
         const where = `storeTimeout ${storeTimeout}, ${k} lost in a row`;
+        // one run of failures, one report: the first
+        expect(events.filter((e) => e.result === 'store_error').length, where).toBe(1);
         if (survives(lockTtl, storeTimeout, k, 0)) {
           expect(runs, where).toEqual(['A']);
           expect(
@@ -117,6 +121,42 @@ describe('a claim whose renewals are lost', () => {
     }
   });
 
+  it('aborts the operation the moment the claim may expire unconfirmed, whatever lockTtl (not only a multiple of 3)', async () => {
+    for (const lockTtl of [301, 1_000, 10_000]) {
+      const storeTimeout = Math.min(1_000, Math.floor(lockTtl / 3)); // the default
+      const { runs, events, abortedAt, takenAt } = await race({ lockTtl, storeTimeout, lost: () => true });
+      const where = `lockTtl ${lockTtl}`;
+      expect(
+        events.filter((e) => e.result === 'lease_lost').map((e) => e.reason),
+        where,
+      ).toEqual(['unconfirmed']);
+      // the claim was sent at 0: it may expire at lockTtl, when B takes it
+      expect([abortedAt, takenAt], where).toEqual([lockTtl, lockTtl]);
+      expect(runs, where).toEqual(['A', 'B']);
+    }
+  });
+
+  it('aborts the operation when maxRunTime passes, not at the next renewal', async () => {
+    const memory = memoryStore();
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotencyEngine({
+      store: memory,
+      lockTtl: 300,
+      maxRunTime: 150,
+      onEvent: (e) => events.push(e),
+    });
+    let abortedAt: number | undefined;
+    const run = engine.run({ key: 'k', name: 'op', payload: {} }, ({ signal }) => {
+      signal.addEventListener('abort', () => (abortedAt = virtualNow()));
+      return after(400).then(() => 'done');
+    });
+    await vi.advanceTimersByTimeAsync(500);
+    expect(await run).toEqual({ value: 'done', replayed: false });
+    expect(abortedAt).toBe(150);
+    expect(events.filter((e) => e.result === 'lease_lost').map((e) => e.reason)).toEqual(['max_run_time']);
+    memory.close();
+  });
+
   it('with the defaults (lockTtl 30 s, storeTimeout 1 s) survives 19 lost renewals in a row', async () => {
     const lockTtl = 30_000;
     const storeTimeout = 1_000;
@@ -126,10 +166,16 @@ describe('a claim whose renewals are lost', () => {
     expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
   });
 
-  it('a renewal that fails at once is tried again a storeTimeout after it was sent, not in a busy loop', async () => {
+  it('a renewal that fails at once is sent again a storeTimeout after it was sent, not in a busy loop', async () => {
     const memory = memoryStore();
-    const a = networkStore(memory, { extend: (n) => (n <= 5 ? { error: new Error('ECONNRESET') } : {}) });
-    const engine = createIdempotencyEngine({ store: a.store, lockTtl: 300, storeTimeout: 40 });
+    const a = networkStore(memory, { extend: (n) => (n <= 4 ? { error: new Error('ECONNRESET') } : {}) });
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotencyEngine({
+      store: a.store,
+      lockTtl: 300,
+      storeTimeout: 40,
+      onEvent: (e) => events.push(e),
+    });
     const sent: number[] = [];
     const extend = a.store.extend;
     a.store.extend = (input) => {
@@ -139,9 +185,12 @@ describe('a claim whose renewals are lost', () => {
     const run = engine.run({ key: 'k', name: 'op', payload: {} }, () => after(350).then(() => 'done'));
     await vi.advanceTimersByTimeAsync(500);
     expect(await run).toEqual({ value: 'done', replayed: false });
-    // every 100 ms (lockTtl / 3) on the grid; a storeTimeout after each failed one (the one due at
-    // 220 is not sent: the grid's renewal at 200 went out meanwhile, and failed too)
-    expect(sent).toEqual([100, 140, 180, 200, 240, 280, 300]);
+    // 100 ms (lockTtl / 3) after the claim; then 40 ms (storeTimeout) after each failed one; the next
+    // one would be 100 ms after the one that held (360), after the operation ended
+    expect(sent).toEqual([100, 140, 180, 220, 260]);
+    // four failures in a row, one report
+    expect(events.filter((e) => e.result === 'store_error')).toHaveLength(1);
+    expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
     memory.close();
   });
 });

@@ -22,7 +22,13 @@ export function useVirtualTime(): void {
   });
 }
 
-export function useRealTime(): void {
+/**
+ * Runs the timers still pending (a store timeout's, a renewal's), then goes back to real time: the
+ * engine's timer queues are the process's, and one left armed on the fake clock would never fire.
+ * A repeating timer (a memory store's sweep: close the store) is given up on after 100 rounds.
+ */
+export async function useRealTime(): Promise<void> {
+  for (let round = 0; round < 100 && vi.getTimerCount() > 0; round++) await vi.runOnlyPendingTimersAsync();
   vi.useRealTimers();
 }
 

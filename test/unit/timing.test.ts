@@ -76,7 +76,7 @@ describe('TimerQueue', () => {
         { name: 'b', at: 110 },
       ]);
     } finally {
-      useRealTime();
+      await useRealTime();
     }
   });
 
