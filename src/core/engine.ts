@@ -54,9 +54,16 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     retryAfter,
   };
   if (onEvent !== undefined) {
-    store.onEvicted?.((id) =>
-      emit({ result: 'evicted', name: nameOfRecordId(id), keyHash: hashRecordId(id), durationMs: 0 }),
-    );
+    store.onEvicted?.((id, what) => {
+      const event: IdempotencyEvent = {
+        result: 'evicted',
+        name: nameOfRecordId(id),
+        keyHash: hashRecordId(id),
+        durationMs: 0,
+      };
+      if (what === 'steps') event.reason = 'steps';
+      emit(event);
+    });
   }
 
   // initialized for request

@@ -20,7 +20,11 @@ export type IdempotencyEventResult =
   | 'lease_lost'
   /** The claim was renewed while the operation ran (every `lockTtl / 3`). */
   | 'renewed'
-  /** A bounded store (the memory store) dropped a finished record before its ttl to make room: a retry of that key would run again. */
+  /**
+   * A bounded store (the memory store) dropped a finished record before its ttl to make room: a retry
+   * of that key would run again. With `reason: 'steps'`: the recorded steps a released or expired
+   * claim left, and a retry would run those steps again.
+   */
   | 'evicted'
   /** A store call failed or timed out (`operation` says which). */
   | 'store_error'
@@ -55,7 +59,8 @@ export interface IdempotencyEvent {
    * ran but could not be stored (a marker is stored instead); `completed_late`
    * on `completed` for a completion that landed after a store failure. On
    * `store_error` of a completion: `gave_up` when no attempt was confirmed
-   * within 2 × lockTtl of the first failure.
+   * within 2 × lockTtl of the first failure. On `evicted`: `steps` when what
+   * went was the recorded steps a released or expired claim left, not a finished outcome.
    */
   reason?: string;
   /** For `completed`: which outcome was stored; for `replayed`: which was replayed (a result or an error). */

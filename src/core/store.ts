@@ -233,11 +233,13 @@ export interface IdempotencyStore {
    */
   onSettled?(id: string, listener: (notifying?: boolean) => void): Promise<() => void>;
   /**
-   * Optional: calls `listener` with the id of each finished record the store
-   * drops before its ttl to make room (a bounded store under pressure): a
-   * retry of that key would run the operation again. Returns the unsubscribe function.
+   * Optional: calls `listener` with the id of each finished record (`what`:
+   * `outcome`, the default) or the steps a released or expired claim left
+   * (`steps`) that the store drops before its ttl to make room (a bounded
+   * store under pressure): a retry of that key would run the operation, or
+   * those steps, again. Returns the unsubscribe function.
    */
-  onEvicted?(listener: (id: string) => void): () => void;
+  onEvicted?(listener: (id: string, what?: 'outcome' | 'steps') => void): () => void;
   /**
    * Optional: runs `fn` in a database transaction that commits when `fn`
    * resolves and rolls back when it throws. Stores that have it support

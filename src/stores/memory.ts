@@ -54,16 +54,20 @@ export interface MemoryStoreOptions {
 /** A record: what its admin reads (memory-admin.ts), and its accounting. */
 interface MemoryRecord extends AdminView {
   bytes: number;
-  scope: ScopeUsage<MemoryRecord>;
+  scope: ScopeUsage<Entry>;
 }
 
+/** The steps recorded under an id, apart from its record: they outlive a released or expired claim. */
 interface MemorySteps {
   fingerprint: string;
   steps: RecordedStep[];
   expiresAt: number;
   bytes: number;
-  scope: ScopeUsage<MemoryRecord>;
+  scope: ScopeUsage<Entry>;
 }
+
+/** What `maxEntries` counts, and what may be evicted once no claim holds it. */
+type Entry = MemoryRecord | MemorySteps;
 
 export interface MemoryStore extends IdempotencyStore {
   readonly name: 'memory';
@@ -87,12 +91,13 @@ const recordBytes = (id: string, fingerprint: string, token: string | undefined,
  *
  * Room is shared between scopes (the part of a record id before its first
  * `:`). When either limit is reached, expired records go first; then finished
- * records, oldest first, of the scope with the largest share (each an
- * `evicted` event), so a scope that fills the store evicts only its own
- * records. Running claims and steps are never evicted. A new claim that finds
- * no room is refused (the engine answers 503); a completion or step of a held
- * claim never is (a retry would run it again), so the store may exceed its
- * limits by the outcomes and steps of the claims still running.
+ * records and the steps of released or expired claims, oldest first, of the
+ * scope with the largest share (each an `evicted` event), so a scope that
+ * fills the store evicts only its own. Running claims and their steps are
+ * never evicted. A new claim that finds no room is refused (the engine
+ * answers 503); a completion or step of a held claim never is (a retry would
+ * run it again), so the store may exceed its limits by the outcomes and steps
+ * of the claims still running.
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // initialized config
@@ -106,19 +111,25 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // The steps of records, apart from them: they outlive a released or expired claim.
   const stepsOf = new Map<string, MemorySteps>();
   const listeners = new KeyedListeners();
-  const evictionListeners = new Set<(id: string) => void>();
+  const evictionListeners = new Set<(id: string, what: 'outcome' | 'steps') => void>();
 
-  // Usage, in total and per scope, and which finished record goes first (memory-shares.ts).
-  const shares = new ScopeShares<MemoryRecord>(maxEntries, maxBytes);
+  // Usage, in total and per scope, and which entry goes first (memory-shares.ts).
+  const shares = new ScopeShares<Entry>(maxEntries, maxBytes);
 
   function drop(id: string, rec: MemoryRecord) {
     records.delete(id);
-    if (rec.state !== 'in_progress') shares.unfinish(rec.scope, id);
+    if (rec.state !== 'in_progress') shares.withdraw(rec.scope, rec);
+    else if (stepsOf.size > 0) {
+      // The claim is gone (released, expired, completed, deleted): no one holds the steps it left.
+      const recorded = stepsOf.get(id);
+      if (recorded !== undefined) shares.free(recorded.scope, recorded, id);
+    }
     shares.account(rec.scope, -1, -rec.bytes);
   }
 
   function dropSteps(id: string, recorded: MemorySteps) {
     stepsOf.delete(id);
+    shares.withdraw(recorded.scope, recorded);
     shares.account(recorded.scope, -1, -recorded.bytes);
   }
 
@@ -150,15 +161,17 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
    * one that holds nothing yet): expired records first, then what the shares allow
    * (ScopeShares.victim). False when that is not enough.
    */
-  function makeRoom(t: number, more: number, moreBytes: number, owner: ScopeUsage<MemoryRecord> | undefined): boolean {
+  function makeRoom(t: number, more: number, moreBytes: number, owner: ScopeUsage<Entry> | undefined): boolean {
     if (shares.entries + more <= maxEntries && shares.bytes + moreBytes <= maxBytes) return true;
     sweep(t);
     while (shares.entries + more > maxEntries || shares.bytes + moreBytes > maxBytes) {
       const victim = shares.victim(owner, more, moreBytes);
       if (victim === undefined) return false;
-      const [id, rec] = victim;
-      drop(id, rec);
-      for (const listener of evictionListeners) listener(id);
+      const [entry, id] = victim;
+      const what = 'steps' in entry ? 'steps' : 'outcome';
+      if ('steps' in entry) dropSteps(id, entry);
+      else drop(id, entry);
+      for (const listener of evictionListeners) listener(id, what);
     }
     return true;
   }
@@ -169,8 +182,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         ? [`${shares.entries} of ${maxEntries} entries`, 'maxEntries']
         : [`${shares.bytes} bytes of ${maxBytes}, and the claim needs ${moreBytes}`, 'maxBytes'];
     return new Error(
-      `memoryStore is full: ${taken}, and none may be evicted for this claim (running claims and recorded steps ` +
-        "never are, nor finished records of a scope holding a smaller share of the store than the claim's scope). " +
+      `memoryStore is full: ${taken}, and nothing may be evicted for this claim (running claims and their steps never ` +
+        'are, nor the finished records and left steps of a scope holding a smaller share of the store than the ' +
+        "claim's scope, nor the steps this claim would resume after). " +
         `Raise ${option}, or use the Redis or PostgreSQL store.`,
     );
   }
@@ -237,9 +251,17 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Absent, or this token's own live claim sent again: it is taken, unless the caller gave up.
       if (deadline !== undefined && time > deadline) return { state: 'late', time };
       if (rec === undefined) {
+        // The steps a released or expired claim left are held by this claim now: the room it makes never takes them.
+        const left = stepsOf.size > 0 ? stepsOf.get(id) : undefined;
+        const resumes = left !== undefined && left.expiresAt > time;
+        if (resumes) shares.withdraw(left.scope, left);
         const size = recordBytes(id, fingerprint, token, undefined);
         const name = scopeOfRecordId(id);
-        if (!makeRoom(time, 1, size, shares.get(name))) throw full(1, size);
+        if (!makeRoom(time, 1, size, shares.get(name))) {
+          // Refused: evictable again, now the newest of their scope (their key was just asked for).
+          if (resumes) shares.free(left.scope, left, id);
+          throw full(1, size);
+        }
         const scope = shares.usage(name);
         const expiresAt = time + lockTtl;
         records.set(id, {
@@ -301,7 +323,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       };
       records.set(id, done);
       shares.account(done.scope, 1, size);
-      shares.finish(done.scope, id, done);
+      shares.free(done.scope, done, id);
       expiring(t + ttl);
       listeners.notify(id);
       return 'stored';
@@ -363,7 +385,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return listeners.add(id, listener);
     },
 
-    onEvicted(listener: (id: string) => void) {
+    onEvicted(listener: (id: string, what?: 'outcome' | 'steps') => void) {
       evictionListeners.add(listener);
       return () => void evictionListeners.delete(listener);
     },

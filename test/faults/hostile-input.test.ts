@@ -15,7 +15,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { canonicalize, MAX_FINGERPRINT_DEPTH } from '../../src/core/fingerprint.js';
 import { fingerprint } from '../../src/core.js';
-import { IdempotencyError, type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
+import {
+  IdempotencyError,
+  type IdempotencyMeta,
+  idempotencyErrorFormatter,
+  retryable,
+  steps,
+  withIdempotency,
+} from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
@@ -413,6 +420,7 @@ describe('tenant eviction (memory store)', () => {
     const store = memoryStore(options);
     const runs = new Map<string, number>();
     let charges = 0;
+    const reserved: number[] = [];
     const userOf = (ctx: Ctx) => String(ctx.req.headers['x-user-id']);
     const idempotent = withIdempotency(t.procedure, { store, scope: ({ ctx }) => userOf(ctx) });
     const router = t.router({
@@ -423,11 +431,16 @@ describe('tenant eviction (memory store)', () => {
           runs.set(user, (runs.get(user) ?? 0) + 1);
           return { chargeId: `ch_${++charges}`, receipt: '.'.repeat(input.receiptChars) };
         }),
+      // docs/steps.md's pattern: a step (reserve the stock), then a declined card gives the key back
+      order: idempotent.input(z.object({ item: z.number() })).mutation(async (opts) => {
+        await steps(opts).step('reserve', async () => ({ reserved: reserved.push(opts.input.item) }));
+        throw retryable(new Error('The card was declined: retry with the same key once the card is updated.'));
+      }),
       health: t.procedure.query(() => 'ok'),
     });
     const server = await startServer(router);
     servers.push(server);
-    return { ...server, router, store, runs };
+    return { ...server, router, store, runs, reserved };
   }
 
   type App = Awaited<ReturnType<typeof startTenantServer>>;
@@ -495,6 +508,31 @@ describe('tenant eviction (memory store)', () => {
       expect(app.store.size).toBe(1_000);
     });
     expect(app.runs.get('attacker')).toBe(1_200);
+  });
+
+  it('claims released with a step each (a step, then retryable()) in one scope: a new tenant still pays, and another tenant earlier payment is not charged again', async () => {
+    const app = await startTenantServer({ maxEntries: 50 });
+    const first = await pay(app, 'victim', 'k1');
+    expect(first).toEqual({ status: 200, chargeId: 'ch_1' });
+    const statuses = new Map<number, number>();
+    for (let i = 0; i < 75; i++) {
+      const response = await fetch(`${app.url}/order`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': `order-${i}`, 'x-user-id': 'attacker' },
+        body: JSON.stringify({ item: i }),
+      });
+      await response.body?.cancel();
+      statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+    }
+    // every order ran its step and was given back (declined), none refused for room
+    expect(Object.fromEntries(statuses)).toEqual({ 500: 75 });
+    expect(app.reserved).toHaveLength(75);
+    expect(app.store.size).toBeLessThanOrEqual(50);
+    // a tenant with nothing stored pays; the victim pays again with a new key, then retries its first payment
+    expect(await pay(app, 'newcomer', 'n1')).toEqual({ status: 200, chargeId: 'ch_2' });
+    expect(await pay(app, 'victim', 'k2')).toEqual({ status: 200, chargeId: 'ch_3' });
+    expect(await pay(app, 'victim', 'k1')).toEqual({ status: 200, chargeId: 'ch_1' }); // charged once
+    expect(app.runs.get('victim')).toBe(2);
   });
 
   it('outcomes of about 1 MB in one scope (maxBytes 8 MiB) evict only that scope, and the store stays within its byte budget', async () => {

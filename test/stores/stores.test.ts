@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import { hashRecordId } from '../../src/core/events.js';
 import { scopeOfRecordId } from '../../src/core/key.js';
-import { recordId } from '../../src/core.js';
+import { createIdempotencyEngine, type IdempotencyEvent, recordId, retryable } from '../../src/core.js';
 import { type MemoryStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { describeStoreContract } from '../contract/store-contract.js';
@@ -343,6 +344,146 @@ describe('memory store bounds', () => {
       clearSteps: true,
     });
     expect(store.size).toBe(3);
+    store.close();
+  });
+
+  /** Each eviction as [id, what]: `outcome` for a finished record, `steps` for the steps a released claim left. */
+  const evictionKindsOf = (store: MemoryStore) => {
+    const seen: [string, string | undefined][] = [];
+    store.onEvicted!((id, what) => seen.push([id, what]));
+    return seen;
+  };
+  /** Claims `id`, records one step of `body`, and gives the claim back (a 5xx, or `retryable()`). */
+  const releaseWithStep = async (store: MemoryStore, id: string, body = 'y') => {
+    expect(await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG })).toMatchObject({ state: 'acquired' });
+    const step = { id, token: id, fingerprint: 'fp', index: 0, name: 'reserve', body, ttl: LONG, lockTtl: LONG };
+    expect(await store.saveStep!(step)).toBe('stored');
+    expect(await store.release({ id, token: id })).toBe(true);
+  };
+  const stepsOf = async (store: MemoryStore, id: string) => {
+    const answer = await store.claim({ id, fingerprint: 'fp', token: randomUUID(), lockTtl: LONG });
+    expect(answer.state).toBe('acquired');
+    return answer.state === 'acquired' ? (answer.steps?.steps.map((step) => step.name) ?? []) : [];
+  };
+
+  it('steps a released claim left count in its scope: one tenant releasing claims with a step each cannot lock out a new tenant, nor make another retry run again (engine)', async () => {
+    const time = 1_700_000_000_000;
+    const now = () => time;
+    const store = memoryStore({ maxEntries: 100, now });
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotencyEngine({ store, now, onEvent: (event) => events.push(event) });
+    const runs = new Map<string, number>();
+    const pay = (scope: string, key: string) =>
+      engine.run({ key, name: 'pay', scope, payload: key }, async () => {
+        runs.set(`${scope}/${key}`, (runs.get(`${scope}/${key}`) ?? 0) + 1);
+        return `charged ${key}`;
+      });
+    expect(await pay('tenant-b', 'b1')).toEqual({ value: 'charged b1', replayed: false });
+    // docs/steps.md's own pattern: a step, then `throw retryable(...)` for a declined card; 150 fresh keys
+    let reserved = 0;
+    const order = (i: number, declined: boolean) =>
+      engine.run({ key: `a${i}`, name: 'order', scope: 'tenant-a', payload: i }, async ({ step }) => {
+        await step('reserve', async () => ({ reservation: ++reserved }));
+        if (declined) throw retryable(new Error('declined'));
+        return 'ordered';
+      });
+    for (let i = 0; i < 150; i++) await expect(order(i, true)).rejects.toThrow('declined');
+    expect(reserved).toBe(150); // every attacker request ran: its own oldest steps made room
+    expect(store.size).toBeLessThanOrEqual(100);
+    // a tenant with nothing stored pays; the other tenant's new payment evicts none of its own, and its retry replays
+    expect(await pay('tenant-c', 'c1')).toEqual({ value: 'charged c1', replayed: false });
+    expect(await pay('tenant-b', 'b2')).toEqual({ value: 'charged b2', replayed: false });
+    expect(await pay('tenant-b', 'b1')).toEqual({ value: 'charged b1', replayed: true });
+    expect(runs.get('tenant-b/b1')).toBe(1);
+    // only the attacker's steps went, oldest first, each an `evicted` event that says it was steps
+    const evicted = events.filter((event) => event.result === 'evicted');
+    expect(evicted.length).toBeGreaterThan(50);
+    expect(evicted.every((event) => event.name === 'order' && event.reason === 'steps')).toBe(true);
+    expect(evicted[0]!.keyHash).toBe(hashRecordId(recordId('tenant-a', 'order', 'a0')));
+    // a retry whose steps were evicted runs them again (the cost of an eviction); one whose steps are kept resumes
+    await expect(order(0, false)).resolves.toEqual({ value: 'ordered', replayed: false });
+    expect(reserved).toBe(151);
+    await expect(order(149, false)).resolves.toEqual({ value: 'ordered', replayed: false });
+    expect(reserved).toBe(151);
+    store.close();
+  });
+
+  it('steps of a held claim are never evicted; those a released claim left go with its scope finished records, oldest first', async () => {
+    const store = memoryStore({ maxEntries: 5 });
+    const evicted = evictionKindsOf(store);
+    const held = recordId('a', 'op', 'held');
+    await store.claim({ id: held, fingerprint: 'fp', token: 'h', lockTtl: LONG });
+    const step = { id: held, token: 'h', fingerprint: 'fp', index: 0, name: 'held-step', body: '1', ttl: LONG };
+    expect(await store.saveStep!({ ...step, lockTtl: LONG })).toBe('stored');
+    await finish(store, recordId('a', 'op', 'r1'));
+    await releaseWithStep(store, recordId('a', 'op', 's2'));
+    await finish(store, recordId('a', 'op', 'r3'));
+    expect(store.size).toBe(5); // a: the held claim, its steps, r1, the steps of s2, r3
+    for (let i = 0; i < 4; i++) await finish(store, recordId('c', 'op', `k${i}`));
+    expect(evicted).toEqual([
+      [recordId('a', 'op', 'r1'), 'outcome'],
+      [recordId('a', 'op', 's2'), 'steps'],
+      [recordId('a', 'op', 'r3'), 'outcome'],
+      // `a` now holds only its running claim and the steps of it: `c` gives its own oldest
+      [recordId('c', 'op', 'k0'), 'outcome'],
+    ]);
+    // the evicted steps are gone (a retry runs them again); the held ones are there for the holder's next claim
+    expect(await stepsOf(store, recordId('a', 'op', 's2'))).toEqual([]);
+    expect(await store.release({ id: held, token: 'h' })).toBe(true);
+    expect(await stepsOf(store, held)).toEqual(['held-step']);
+    store.close();
+  });
+
+  it('a retry of a released claim never evicts its own steps: refused when nothing else may go, which leaves them evictable by others', async () => {
+    // by bytes, `a` holds the largest share: the steps of one released claim, with a body of 50,000 characters
+    const store = memoryStore({ maxEntries: 3, maxBytes: 65_536 });
+    const evicted = evictionKindsOf(store);
+    const retried = recordId('a', 'op', 'k');
+    await releaseWithStep(store, retried, 'x'.repeat(50_000));
+    for (const key of ['x', 'y']) {
+      const id = recordId('b', 'op', key);
+      await store.claim({ id, fingerprint: 'fp', token: id, lockTtl: LONG });
+    }
+    // full: the retry's scope would hold more than any other with it, and only its own steps could go
+    await expect(store.claim({ id: retried, fingerprint: 'fp', token: 'retry', lockTtl: LONG })).rejects.toThrow(
+      /memoryStore is full: 3 of 3 entries/,
+    );
+    expect(evicted).toEqual([]);
+    // another scope's claim takes them: `a` still holds the largest share
+    const newcomer = recordId('c', 'op', 'k');
+    expect(await store.claim({ id: newcomer, fingerprint: 'fp', token: 'c', lockTtl: LONG })).toMatchObject({
+      state: 'acquired',
+    });
+    expect(evicted).toEqual([[retried, 'steps']]);
+    store.close();
+  });
+
+  it('a retry of a released claim with room to make takes it from others, and resumes after its steps', async () => {
+    const store = memoryStore({ maxEntries: 3 });
+    const evicted = evictionKindsOf(store);
+    const retried = recordId('a', 'op', 'k');
+    await releaseWithStep(store, retried); // the oldest thing of `a`
+    await finish(store, recordId('a', 'op', 'r1'));
+    await finish(store, recordId('a', 'op', 'r2'));
+    expect(await stepsOf(store, retried)).toEqual(['reserve']);
+    expect(evicted).toEqual([[recordId('a', 'op', 'r1'), 'outcome']]);
+    store.close();
+  });
+
+  it('steps an expired claim left are evictable once the claim is swept', async () => {
+    let time = 1_700_000_000_000;
+    const store = memoryStore({ maxEntries: 2, now: () => time });
+    const evicted = evictionKindsOf(store);
+    const lost = recordId('a', 'op', 'k');
+    await store.claim({ id: lost, fingerprint: 'fp', token: 'lost', lockTtl: 1_000 });
+    const step = { id: lost, token: 'lost', fingerprint: 'fp', index: 0, name: 's', body: 'x'.repeat(40_000) };
+    expect(await store.saveStep!({ ...step, ttl: LONG, lockTtl: 1_000 })).toBe('stored');
+    time += 1_001; // the claim expires: its holder is gone
+    await store.claim({ id: recordId('c', 'op', 'k0'), fingerprint: 'fp', token: 'c0', lockTtl: LONG });
+    expect(evicted).toEqual([]); // the expired claim made room
+    await store.claim({ id: recordId('d', 'op', 'k0'), fingerprint: 'fp', token: 'd0', lockTtl: LONG });
+    expect(evicted).toEqual([[lost, 'steps']]); // `a` holds the largest share, by bytes
+    expect(store.size).toBe(2);
     store.close();
   });
 
