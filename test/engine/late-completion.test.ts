@@ -6,7 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
-import { after, type Fate, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
+import { elapse, type Fate, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
 
 vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
 
@@ -41,7 +41,7 @@ function instanceA(memory: ReturnType<typeof memoryStore>, complete: (n: number)
   const runs: string[] = [];
   const answer = engine.run(input, async () => {
     runs.push('A');
-    await after(50);
+    await elapse(50);
     return 'A';
   });
   return { engine, events, runs, answer };
@@ -71,7 +71,7 @@ describe('a completion the store does not confirm', () => {
     await vi.advanceTimersByTimeAsync(lockTtl);
     const b = engineB.run(input, async () => {
       runs.push('B');
-      await after(4 * lockTtl);
+      await elapse(4 * lockTtl);
       return 'B';
     });
     await vi.advanceTimersByTimeAsync(10 * lockTtl);
@@ -105,7 +105,7 @@ describe('a completion the store does not confirm', () => {
     const b = engineB
       .run(input, async () => {
         a.runs.push('B');
-        await after(300);
+        await elapse(300);
         throw new Error('declined');
       })
       .catch((error: Error) => error.message);

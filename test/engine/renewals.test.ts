@@ -9,7 +9,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
-import { after, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
+import { elapse, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
 
 vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
 
@@ -61,7 +61,7 @@ async function race({ lockTtl, storeTimeout, lost, delay = 0, duration = 2 * loc
   const first = engineA.run(input, async ({ signal }) => {
     runs.push('A');
     signal.addEventListener('abort', () => (abortedAt = virtualNow() - start));
-    await after(duration);
+    await elapse(duration);
     return 'A';
   });
   await vi.advanceTimersByTimeAsync(duration + 2 * delay + 2 * lockTtl);
@@ -148,7 +148,7 @@ describe('a claim whose renewals are lost', () => {
     let abortedAt: number | undefined;
     const run = engine.run({ key: 'k', name: 'op', payload: {} }, ({ signal }) => {
       signal.addEventListener('abort', () => (abortedAt = virtualNow()));
-      return after(400).then(() => 'done');
+      return elapse(400).then(() => 'done');
     });
     await vi.advanceTimersByTimeAsync(500);
     expect(await run).toEqual({ value: 'done', replayed: false });
@@ -182,7 +182,7 @@ describe('a claim whose renewals are lost', () => {
       sent.push(virtualNow());
       return extend(input);
     };
-    const run = engine.run({ key: 'k', name: 'op', payload: {} }, () => after(350).then(() => 'done'));
+    const run = engine.run({ key: 'k', name: 'op', payload: {} }, () => elapse(350).then(() => 'done'));
     await vi.advanceTimersByTimeAsync(500);
     expect(await run).toEqual({ value: 'done', replayed: false });
     // 100 ms (lockTtl / 3) after the claim; then 40 ms (storeTimeout) after each failed one; the next

@@ -36,7 +36,7 @@ export async function useRealTime(): Promise<void> {
 export const virtualNow = (): number => Date.now();
 
 /** Waits `ms` of virtual time (a fake timer). */
-export const after = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+export const elapse = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** What happens to one store call: `lost` is sent and never arrives (no answer, no error, no effect). */
 export type Fate = { lost: true } | { lost?: false; delay?: number; error?: Error };
@@ -64,12 +64,12 @@ export function networkStore(
       const fate = plan[op]?.(n) ?? {};
       if (fate.lost === true) return never;
       const delay = fate.delay ?? 0;
-      if (delay > 0) await after(delay);
+      if (delay > 0) await elapse(delay);
       if (fate.error !== undefined) throw fate.error;
       const answer = await call(input);
       handled.push({ op, at: virtualNow(), answer });
       if (answer === true || (answer as { state?: string }).state === 'acquired') onHold?.(virtualNow());
-      if (delay > 0) await after(delay);
+      if (delay > 0) await elapse(delay);
       return answer;
     };
   }
