@@ -63,6 +63,8 @@ interface QueuedScript {
   args: ScriptArgs;
   /** A write that waits for the replicas (only with `waitForReplicas`). */
   acked: boolean;
+  /** Its batch met an empty script cache: it was put back in the queue once. */
+  requeued?: boolean;
   resolve(reply: unknown): void;
   reject(error: unknown): void;
 }
@@ -147,10 +149,20 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
   // connection serves one batch per replication round trip however many
   // requests there are. Per connection: the one connection of a single node
   // or Sentinel, each master's on a Cluster.
+  //
+  // A script cache is empty on a new Redis, after a restart, and on a replica
+  // just promoted. The scripts of a batch that answer NOSCRIPT go back to the
+  // head of the queue, and the next batch sends each such script once as
+  // source (EVAL, which caches it) before the EVALSHAs of the others: they
+  // stay in the group commit. Sent again each on its own, each would carry a
+  // WAIT of its own, and the WAITs of one connection are answered one
+  // replication round trip apart.
   interface Batch {
     queued: QueuedScript[];
     /** A batch with a WAIT is out on this connection. */
     waiting: boolean;
+    /** Scripts this connection answered NOSCRIPT for: the next batch sends each once as source. */
+    unloaded: Set<RedisScript>;
   }
   const batches = new Map<string, Batch>();
   const batching = !connection.isCluster || acks !== undefined;
@@ -161,7 +173,8 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
 
   function flush(batch: Batch) {
     const calls = batch.queued;
-    if (calls.length === 0) return;
+    // Scheduled before a batch with a WAIT went out: that batch's answer schedules the next.
+    if (calls.length === 0 || batch.waiting) return;
     batch.queued = [];
     // With waitForReplicas, one WAIT after the batch's scripts covers every write among them.
     const wanted = acks !== undefined && calls.some((call) => call.acked) ? acks : undefined;
@@ -179,14 +192,20 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
       // refused by their own store timeouts meanwhile.
       setTimeout(answered, wanted!.timeout + 100).unref();
     }
-    if (calls.length === 1) {
+    if (calls.length === 1 && !batch.unloaded.has(calls[0]!.script)) {
       const call = calls[0]!;
       const sent = single(call);
       sent.then(call.resolve, call.reject);
       sent.then(answered, answered);
       return;
     }
-    const commands = calls.map(evalsha);
+    const loading = new Set<RedisScript>();
+    const commands = calls.map((call) => {
+      if (!batch.unloaded.has(call.script) || loading.has(call.script)) return evalsha(call);
+      loading.add(call.script);
+      return evalSource(call);
+    });
+    for (const script of loading) batch.unloaded.delete(script);
     if (wanted !== undefined) commands.push(waitFor(wanted));
     let sent: Promise<Settled[]>;
     try {
@@ -196,33 +215,54 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
       answered();
       return;
     }
-    sent.then(answered, answered);
     sent.then(
       (replies) => {
-        const wait = wanted === undefined ? undefined : replies[calls.length];
-        for (let i = 0; i < calls.length; i++) {
-          const call = calls[i]!;
-          const reply = replies[i];
-          if (reply === undefined) call.reject(new Error('redisStore: Redis returned no reply to a pipelined script.'));
-          else if (reply.ok) {
-            if (wanted === undefined || !call.acked) call.resolve(reply.reply);
-            else {
-              try {
-                call.resolve(afterWait(reply.reply, wait, wanted));
-              } catch (error) {
-                call.reject(error);
-              }
-            }
-            // Its script cache is empty (a restart, a failover), or its slot moved (the batch's WAIT
-            // was not on the node that ran it): it goes again on its own.
-          } else if (isNoScript(reply.error) || isRedirect(reply.error)) single(call).then(call.resolve, call.reject);
-          else call.reject(reply.error);
+        try {
+          answer(replies);
+        } finally {
+          answered();
         }
       },
       (error: unknown) => {
         for (const call of calls) call.reject(error);
+        answered();
       },
     );
+
+    /** Each call its own reply; those that met an empty script cache go back to the head of the queue. */
+    function answer(replies: Settled[]) {
+      const wait = wanted === undefined ? undefined : replies[calls.length];
+      const again: QueuedScript[] = [];
+      for (let i = 0; i < calls.length; i++) {
+        const call = calls[i]!;
+        const reply = replies[i];
+        if (reply === undefined) call.reject(new Error('redisStore: Redis returned no reply to a pipelined script.'));
+        else if (reply.ok) {
+          if (wanted === undefined || !call.acked) call.resolve(reply.reply);
+          else {
+            try {
+              call.resolve(afterWait(reply.reply, wait, wanted));
+            } catch (error) {
+              call.reject(error);
+            }
+          }
+        } else if (isNoScript(reply.error) && !call.requeued) {
+          // The script cache is empty: into the next batch, which sends the script as source.
+          call.requeued = true;
+          batch.unloaded.add(call.script);
+          again.push(call);
+          // Its slot moved (the batch's WAIT was not on the node that ran it), or its script met NOSCRIPT
+          // twice (a source sent before it failed): it goes again on its own.
+        } else if (isNoScript(reply.error) || isRedirect(reply.error)) single(call).then(call.resolve, call.reject);
+        else call.reject(reply.error);
+      }
+      if (again.length > 0) {
+        const wasEmpty = batch.queued.length === 0;
+        batch.queued.unshift(...again);
+        // With a WAIT out, answered() schedules them.
+        if (wasEmpty && !out) schedule(batch);
+      }
+    }
   }
 
   /**
@@ -235,7 +275,7 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
       // A Cluster whose slot map is not known yet: on its own, which the client routes.
       if (node === undefined) return await single({ script: s, keys, args, acked });
       let batch = batches.get(node);
-      if (batch === undefined) batches.set(node, (batch = { queued: [], waiting: false }));
+      if (batch === undefined) batches.set(node, (batch = { queued: [], waiting: false, unloaded: new Set() }));
       const to = batch;
       return await new Promise((resolve, reject) => {
         if (to.queued.push({ script: s, keys, args, acked, resolve, reject }) === 1) schedule(to);

@@ -16,11 +16,15 @@
  *   double  it ran twice (the app counts executions per key)
  *
  * Without `waitForReplicas`, the completions of the last ~50 ms before the
- * kill were acknowledged by a primary whose replicas never got them: they are
- * lost, and each of them runs again on its retry. This half asserts that the
- * loss shows (at least one lost key) and that every lost key is a double
- * execution. With `waitForReplicas: { replicas: 1 }`, no claim or completion
- * is answered before a replica holds it: 0 lost, 0 double, trial after trial.
+ * kill were acknowledged by a primary whose replicas never got them: they can
+ * be lost, and each of them runs again on its retry. How many is a figure
+ * (logged): the kill lands when the replicas lack some bytes of the stream,
+ * but whether those hold a completion answered to its client is chance (a
+ * Cluster trial, where a third of the keys live on the killed master, can
+ * lose none of its 1,000 keys). This half asserts what must hold:
+ * every lost key is seen by its client (no replay) and ran exactly twice.
+ * With `waitForReplicas: { replicas: 1 }`, no claim or completion is answered
+ * before a replica holds it: 0 lost, 0 double, trial after trial.
  * Two replicas, so that the promoted one still has a replica to acknowledge
  * writes (a primary without one refuses every write in durable mode).
  *
@@ -28,12 +32,25 @@
  * (no 503 before it: checked first, in both modes) and the kill caught the
  * replicas behind (the kill waits for the proxy to hold KILL.whenHeld bytes of
  * the replication stream, and the trial checks it dropped them).
+ *
+ * Each trial also logs how long writes were refused (the last 503's call was
+ * sent that long after the kill), when the new primary first had a replica
+ * online (durable mode waits for it), and how many NOSCRIPT replies it gave
+ * (its script cache starts empty). More trials (FAILOVER_LOSSY_TRIALS for the
+ * runs without waitForReplicas) and a longer load after the failover, for
+ * figures: `FAILOVER_TRIALS=6 FAILOVER_AFTER_MS=6000 npx vitest run --config
+ * vitest.faults.config.ts test/faults/redis-failover.test.ts`.
+ *
+ * Each trial checks that the primary at its end is the one the failover
+ * promoted: a second failover (to a replica that had not followed the first
+ * promoted one) would change what is counted.
  */
 import { randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { recordId } from '../../src/core.js';
 import { type RedisStore, type RedisStoreOptions, redisStore } from '../../src/redis.js';
+import { keySlot } from '../../src/stores/redis-fence.js';
 import { amountOf, type CallResult, type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { sleep } from '../helpers/redis.js';
 import { type KillOptions, startClusterWithReplicas, startSentinelSet } from '../helpers/redis-topology.js';
@@ -43,7 +60,7 @@ const RATE = 200;
 /** How late every replica gets its primary's replication stream. */
 const DELAY_MS = 50;
 /** Load before the kill. */
-const BEFORE_KILL_MS = 1_500;
+const BEFORE_KILL_MS = 1_000;
 /**
  * The kill waits (up to 1 s) for a moment when the proxy holds at least this
  * much of the replication stream back, so that it always lands while the
@@ -52,13 +69,16 @@ const BEFORE_KILL_MS = 1_500;
  */
 const KILL: KillOptions = { whenHeld: 2_000, maxWaitMs: 1_000 };
 /** Load after the failover (durable mode refuses writes until the remaining replica follows the new primary). */
-const AFTER_FAILOVER_MS = 500;
+const AFTER_FAILOVER_MS = Number(process.env.FAILOVER_AFTER_MS ?? 500);
 /** Longer than a failover, so that a completion retried in the background lands before its claim expires. */
 const LOCK_TTL = 10_000;
 /** WAIT's timeout: under the engine's store timeout (1 s by default), over the replication delay. */
 const DURABLE: NonNullable<RedisStoreOptions['waitForReplicas']> = { replicas: 1, timeout: 500 };
 /** Per topology: a lossy trial loses ~10 keys (Sentinel) or ~3 (Cluster, one master of three); a durable one sends ~800 keys. */
-const TRIALS = { lossy: 1, durable: 3 };
+const TRIALS = {
+  lossy: Number(process.env.FAILOVER_LOSSY_TRIALS ?? 1),
+  durable: Number(process.env.FAILOVER_TRIALS ?? 3),
+};
 
 /** What a topology gives a trial. */
 interface Target {
@@ -66,9 +86,15 @@ interface Target {
   client(): Redis | Cluster;
   /** The port of the primary about to be killed, for its command counts. */
   primaryPort: number;
+  /** The ports of its replicas (one of them is promoted). */
+  replicaPorts: number[];
+  /** Whether a record key lives on the primary killed (on a Cluster, one master of three). */
+  onKilled(recordKey: string): boolean;
   /** Kills the primary (see KILL); answers the bytes of its replication stream the replicas never got, and when. */
   kill(): Promise<{ droppedBytes: number; killedAt: number }>;
   waitForFailover(): Promise<{ port: number; tookMs: number }>;
+  /** The port of the primary now, as Sentinel (the Cluster) names it. */
+  primaryNow(): Promise<number>;
 }
 
 interface Trial {
@@ -84,25 +110,64 @@ interface Trial {
   refusedButRan: number;
   /** From the first 503 sent to the last one answered (s). */
   refusalSeconds: number;
+  /** How long after the kill the last call that got a 503 was sent (ms): writes were refused until then. */
+  refusedUntilMs: number;
   failoverMs: number;
   droppedBytes: number;
   /** WAIT commands the killed primary had served. */
   waits: number;
+  /** How long after the kill the first call sent after it, of a key on the killed primary, was answered 200 (ms). */
+  servedAgainMs: number | undefined;
+  /** How long after the kill a promoted replica had a replica of its own online (ms); undefined: not before the load ended. */
+  replicaOnlineMs: number | undefined;
+  /** NOSCRIPT replies of the new primary (its script cache starts empty), until the end of the load. */
+  noScriptAfter: number;
   lost: number;
   doubles: number;
   /** Answered keys whose retry did not replay their first result (the client's view of `lost`). */
   notReplayed: number;
+  /** The primary at the end of the trial, when it is not the one the failover promoted (a second failover). */
+  movedTo: number | undefined;
 }
 
-/** Calls of one command in `INFO commandstats`, on a server about to be killed. */
-async function commandCount(port: number, command: string): Promise<number> {
+/** `question` answered by the server on `port`, on a connection of its own. */
+async function ask<T>(port: number, question: (client: Redis) => Promise<T>): Promise<T> {
   const probe = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0 });
   probe.on('error', () => {});
   try {
-    const stats = await probe.info('commandstats');
-    return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
+    return await question(probe);
   } finally {
     probe.disconnect();
+  }
+}
+
+/** A count in `INFO <section>` (`commandstats`: `cmdstat_wait:calls`; `errorstats`: `errorstat_NOSCRIPT:count`). */
+const infoCount = (port: number, section: string, field: string) =>
+  ask(port, async (probe) => Number(new RegExp(`^${field}=(\\d+)`, 'm').exec(await probe.info(section))?.[1] ?? 0));
+
+/** Calls of one command in `INFO commandstats`. */
+const commandCount = (port: number, command: string) => infoCount(port, 'commandstats', `cmdstat_${command}:calls`);
+
+/**
+ * When (Date.now()) one of the servers on `ports` is first a primary with a replica online (with
+ * waitForReplicas, writes wait for that), polled every 50 ms until `done()`; undefined if not by then.
+ */
+async function replicaOnlineAt(ports: number[], done: () => boolean): Promise<number | undefined> {
+  const probes = ports.map((port) => new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0 }));
+  for (const probe of probes) probe.on('error', () => {});
+  const served = (probe: Redis) =>
+    probe.info('replication').then(
+      (text) => text.includes('role:master') && text.includes(',state=online,'),
+      () => false,
+    );
+  try {
+    while (!done()) {
+      if ((await Promise.all(probes.map(served))).some(Boolean)) return Date.now();
+      await sleep(50);
+    }
+    return undefined;
+  } finally {
+    for (const probe of probes) probe.disconnect();
   }
 }
 
@@ -154,6 +219,8 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
       }
     }, 5);
     let failover: { port: number; tookMs: number };
+    let loadEnded = false;
+    let replicaOnline: Promise<number | undefined> | undefined;
     let waits: number;
     let killAt: number;
     let droppedBytes: number;
@@ -161,12 +228,17 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
       await sleep(BEFORE_KILL_MS);
       waits = await commandCount(target.primaryPort, 'wait');
       ({ droppedBytes, killedAt: killAt } = await target.kill());
+      replicaOnline = replicaOnlineAt(target.replicaPorts, () => loadEnded);
       failover = await target.waitForFailover();
       await sleep(AFTER_FAILOVER_MS);
     } finally {
       clearInterval(ticker);
+      loadEnded = true;
     }
+    const replicaOnlineMs = await replicaOnline.then((at) => (at === undefined ? undefined : at - killAt));
     await Promise.all(calls);
+    // What the new primary served during the load (before the retries below add their own).
+    const noScriptAfter = await infoCount(failover.port, 'errorstats', 'errorstat_NOSCRIPT:count');
 
     const keys = [...first.keys()];
     const answered = keys.filter((k) => first.get(k)!.status === 200);
@@ -213,11 +285,18 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
       if (was.status === 200 && !(again.replayed && again.chargeId === was.chargeId)) notReplayed++;
     });
     const doubles = keys.filter((k) => app!.runs(k) > 1).length;
+    const primaryAtEnd = await target.primaryNow();
     const refusals = keys.map((k) => first.get(k)!).filter((a) => a.status === 503);
     const refusalSeconds =
       refusals.length === 0
         ? 0
         : (Math.max(...refusals.map((a) => a.answeredAt)) - Math.min(...refusals.map((a) => a.sentAt))) / 1000;
+    const refusedUntilMs = Math.max(0, ...refusals.map((a) => a.sentAt - killAt));
+    const servedAgain = [...first.entries()]
+      .filter(([k, a]) => a.status === 200 && a.sentAt > killAt && target.onKilled(recordOf(k)))
+      .map(([, a]) => a);
+    const servedAgainMs =
+      servedAgain.length === 0 ? undefined : Math.min(...servedAgain.map((a) => a.answeredAt)) - killAt;
     return {
       keys: keys.length,
       answered: answered.length,
@@ -226,12 +305,17 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
       unanswered: unanswered.length,
       refusedButRan,
       refusalSeconds,
+      refusedUntilMs,
       failoverMs: failover.tookMs,
       droppedBytes,
       waits,
+      servedAgainMs,
+      replicaOnlineMs,
+      noScriptAfter,
       lost: lost.length,
       doubles,
       notReplayed,
+      movedTo: primaryAtEnd === failover.port ? undefined : primaryAtEnd,
     };
   } finally {
     await app?.close();
@@ -239,14 +323,21 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
   }
 }
 
+const after = (ms: number | undefined) => (ms === undefined ? 'not before the load ended' : `${ms} ms after the kill`);
+
 const line = (t: Trial) =>
   `${t.keys} keys (${t.answered} answered, ${t.refused} refused, ${t.refusedBeforeKill} of them before the kill, ` +
-  `${t.unanswered} unanswered): lost ${t.lost}, doubles ${t.doubles}, 503s for ${t.refusalSeconds.toFixed(1)} s, ` +
-  `failover ${t.failoverMs} ms, ${t.droppedBytes} replication bytes dropped at the kill, WAIT x${t.waits}`;
+  `${t.unanswered} unanswered): lost ${t.lost}, doubles ${t.doubles}, 503s for ${t.refusalSeconds.toFixed(1)} s ` +
+  `(the last one sent ${t.refusedUntilMs} ms after the kill), failover ${t.failoverMs} ms, ` +
+  `${t.droppedBytes} replication bytes dropped at the kill, WAIT x${t.waits}; ` +
+  `the new primary: a replica online ${after(t.replicaOnlineMs)}, first write served ${after(t.servedAgainMs)}, ` +
+  `NOSCRIPT x${t.noScriptAfter}${t.movedTo === undefined ? '' : `; failed over again: the primary is now ${t.movedTo}`}`;
 
 /** Logs a trial, then checks what holds in every mode. */
 function checkTrial(label: string, t: Trial, durable: boolean) {
   console.log(`[redis failover, ${label}] ${line(t)}`);
+  // one failover (see the top of this file)
+  expect(t.movedTo, 'the primary at the end of the trial, when not the one promoted by the failover').toBeUndefined();
   // the mode is the one asked for
   if (durable) expect(t.waits).toBeGreaterThan(0);
   else expect(t.waits).toBe(0);
@@ -269,7 +360,8 @@ function summarize(label: string, trials: Trial[]) {
   const sum = (f: (t: Trial) => number) => trials.reduce((n, t) => n + f(t), 0);
   console.log(
     `[redis failover, ${label}] ${trials.length} trials, ${sum((t) => t.keys)} keys, ${sum((t) => t.answered)} answered: ` +
-      `lost ${sum((t) => t.lost)}, doubles ${sum((t) => t.doubles)}; lost per trial ${trials.map((t) => t.lost).join(', ')}`,
+      `lost ${sum((t) => t.lost)}, doubles ${sum((t) => t.doubles)}; lost per trial ${trials.map((t) => t.lost).join(', ')}; ` +
+      `writes refused until (ms after the kill) ${trials.map((t) => t.refusedUntilMs).join(', ')}`,
   );
 }
 
@@ -309,8 +401,18 @@ describe('failover under Sentinel (primary, 2 replicas 50 ms late, 3 Sentinels; 
         {
           client: () => new Redis({ sentinels: set.sentinels, name: set.name }),
           primaryPort: set.ports.primary,
+          replicaPorts: set.ports.replicas,
+          onKilled: () => true,
           kill: () => set.killPrimary(KILL),
           waitForFailover: () => set.waitForFailover(),
+          primaryNow: () =>
+            ask(set.ports.sentinels[0]!, async (sentinel) => {
+              const [, port] = (await sentinel.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', set.name)) as [
+                string,
+                string,
+              ];
+              return Number(port);
+            }),
         },
         durable,
       );
@@ -319,14 +421,13 @@ describe('failover under Sentinel (primary, 2 replicas 50 ms late, 3 Sentinels; 
     }
   }
 
-  it(`without waitForReplicas: completed keys are lost, and each lost key runs twice on its retry (${TRIALS.lossy} trials)`, async () => {
+  it(`without waitForReplicas: each completed key the failover lost runs twice on its retry (${TRIALS.lossy} trials; how many: logged)`, async () => {
     const trials: Trial[] = [];
     for (let i = 0; i < TRIALS.lossy; i++) {
       trials.push(await sentinelTrial(false, false));
       checkTrial('Sentinel, no waitForReplicas', trials.at(-1)!, false);
     }
     summarize('Sentinel, no waitForReplicas', trials);
-    expect(trials.reduce((n, t) => n + t.lost, 0)).toBeGreaterThan(0);
   });
 
   it(`with waitForReplicas { replicas: 1 }: 0 lost, 0 double (${TRIALS.durable} trials)`, async () => {
@@ -340,46 +441,61 @@ describe('failover under Sentinel (primary, 2 replicas 50 ms late, 3 Sentinels; 
 });
 
 describe('failover of a Cluster master (3 masters, 2 replicas each 50 ms late; ioredis Cluster)', () => {
-  // One cluster per test, each trial killing another master; the next cluster starts during a test's trials.
+  // Clusters taken in turn, each trial killing another master (a cluster serves as many trials as it has
+  // masters); the next cluster starts during a cluster's trials.
   const clusters = prepared(() => startClusterWithReplicas({ delayMs: DELAY_MS }));
+  let next = 0;
   afterAll(() => clusters.stopAll());
 
-  /** `count` trials on cluster `which`, each killing another master. */
-  async function clusterTrials(which: number, durable: boolean, count: number): Promise<Trial[]> {
+  /** `count` trials, each killing another master, on as many clusters as they need. */
+  async function clusterTrials(durable: boolean, count: number): Promise<Trial[]> {
     const label = `Cluster, ${durable ? 'waitForReplicas' : 'no waitForReplicas'}`;
-    const cluster = await clusters.take(which);
-    clusters.prepare(which + 1);
-    try {
-      const results: Trial[] = [];
-      for (let i = 0; i < count; i++) {
-        const master = i % cluster.masters.length;
-        results.push(
-          await trial(
-            {
-              client: () => new Cluster(cluster.startupNodes),
-              primaryPort: cluster.masters[master]!.port,
-              kill: () => cluster.killMaster(master, KILL),
-              waitForFailover: () => cluster.waitForFailover(master),
-            },
-            durable,
-          ),
-        );
-        checkTrial(`${label}, master ${master} killed`, results.at(-1)!, durable);
+    const results: Trial[] = [];
+    while (results.length < count) {
+      const cluster = await clusters.take(next++);
+      clusters.prepare(next);
+      try {
+        for (let master = 0; master < cluster.masters.length && results.length < count; master++) {
+          results.push(
+            await trial(
+              {
+                client: () => new Cluster(cluster.startupNodes),
+                primaryPort: cluster.masters[master]!.port,
+                replicaPorts: cluster.replicas[master]!.map((replica) => replica.port),
+                onKilled: (recordKey) => {
+                  const [from, to] = cluster.slots[master]!;
+                  const slot = keySlot(recordKey);
+                  return from <= slot && slot <= to;
+                },
+                kill: () => cluster.killMaster(master, KILL),
+                waitForFailover: () => cluster.waitForFailover(master),
+                // the owner of the failed master's first slot, in the view of its replicas (one of them promoted)
+                primaryNow: () =>
+                  ask(cluster.replicas[master]![0]!.port, async (node) => {
+                    const ranges = (await node.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+                    const first = cluster.slots[master]![0];
+                    return Number(ranges.find(([from, to]) => from <= first && first <= to)?.[2][1]);
+                  }),
+              },
+              durable,
+            ),
+          );
+          checkTrial(`${label}, master ${master} killed`, results.at(-1)!, durable);
+        }
+      } finally {
+        await cluster.stop();
       }
-      summarize(label, results);
-      return results;
-    } finally {
-      await cluster.stop();
     }
+    summarize(label, results);
+    return results;
   }
 
-  it(`without waitForReplicas: completed keys are lost, and each lost key runs twice on its retry (${TRIALS.lossy} trials)`, async () => {
-    const trials = await clusterTrials(0, false, TRIALS.lossy);
-    expect(trials.reduce((n, t) => n + t.lost, 0)).toBeGreaterThan(0);
+  it(`without waitForReplicas: each completed key the failover lost runs twice on its retry (${TRIALS.lossy} trials; how many: logged)`, async () => {
+    await clusterTrials(false, TRIALS.lossy);
   });
 
   it(`with waitForReplicas { replicas: 1 }: 0 lost, 0 double (${TRIALS.durable} trials)`, async () => {
-    await clusterTrials(1, true, TRIALS.durable);
+    await clusterTrials(true, TRIALS.durable);
   });
 
   /**
@@ -390,7 +506,7 @@ describe('failover of a Cluster master (3 masters, 2 replicas each 50 ms late; i
    * at a time, so that no load stands between the store and its answer.
    */
   it("with waitForReplicas: the failed master's slots are served again after the failover (one call at a time)", async () => {
-    const cluster = await clusters.take(2);
+    const cluster = await clusters.take(next++);
     const client = new Cluster(cluster.startupNodes);
     client.on('error', () => {});
     let app: PayApp | undefined;

@@ -482,7 +482,15 @@ export interface SentinelSetOptions {
    * @default 2
    */
   replicas?: number;
-  /** `down-after-milliseconds`: how long the Sentinels wait for a PING's answer before the primary is down. @default 1_000 */
+  /**
+   * `down-after-milliseconds`: how long the Sentinels wait for a PING's answer before the primary
+   * is down. Well above Sentinel's PING period (1 s): with 1 s, on a loaded machine, two of three
+   * Sentinels marked the primary they had just switched to down 1.05 s after the switch (no PING
+   * of theirs answered yet; answered 0.1 s later) and failed it over again: the client stayed on
+   * the first promoted replica, a primary without a replica, and every write was refused until
+   * Sentinel demoted it.
+   * @default 2_000
+   */
   downAfterMs?: number;
   /** @default 2_000 */
   failoverTimeoutMs?: number;
@@ -525,7 +533,7 @@ export async function startSentinelSet(options: SentinelSetOptions): Promise<Sen
 }
 
 async function startSentinelSetOnce(options: SentinelSetOptions): Promise<SentinelSet> {
-  const { delayMs, replicas: replicaCount = 2, downAfterMs = 1_000, failoverTimeoutMs = 2_000 } = options;
+  const { delayMs, replicas: replicaCount = 2, downAfterMs = 2_000, failoverTimeoutMs = 2_000 } = options;
   const name = 'failover';
   const dir = mkdtempSync(join(tmpdir(), 'idem-sentinel-'));
   const servers: Server[] = [];

@@ -7,13 +7,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, IdempotencyConfigError } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import type { RedisClient } from '../../src/stores/redis-client.js';
 import { keySlot } from '../../src/stores/redis-fence.js';
 import { CLAIM } from '../../src/stores/redis-scripts.js';
+import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import {
   commandCalls,
   delta,
@@ -175,15 +176,105 @@ describe.each(CLIENTS)('waitForReplicas, on %s', (_library, storeClient) => {
   });
 });
 
+/** `INFO errorstats` as { error prefix: count }. */
+async function errorCounts(redis: Redis): Promise<Record<string, number>> {
+  const info = await redis.info('errorstats');
+  const counts: Record<string, number> = {};
+  for (const match of info.matchAll(/^errorstat_([^:]+):count=(\d+)/gm)) counts[match[1]!] = Number(match[2]);
+  return counts;
+}
+
+/**
+ * An empty script cache (a new Redis, or a replica just promoted): every
+ * EVALSHA of the first batch answers NOSCRIPT. Those calls go out again
+ * together, in the next batch under its one WAIT, rather than each on its
+ * own with a WAIT of its own: a WAIT holds its connection, so a hundred of
+ * them are answered one replication round trip apart. The replica gets its
+ * primary's stream 50 ms late, through a proxy, so each of those round
+ * trips takes at least 50 ms.
+ */
+describe('waitForReplicas on a cold script cache (the replica 50 ms behind)', () => {
+  const DELAY_MS = 50;
+  let lagging: PrivateRedis;
+  let laggingReplica: PrivateRedis;
+  let proxy: TcpProxy;
+  let io: Redis;
+  let node: ReturnType<typeof createClient>;
+  let probe: Redis;
+  beforeAll(async () => {
+    lagging = await startPrivateRedis(['--repl-diskless-sync-delay', '0']);
+    proxy = await startTcpProxy({ targetPort: lagging.port, delayMs: DELAY_MS });
+    laggingReplica = await startPrivateRedis(['--replicaof', '127.0.0.1', String(proxy.port)]);
+    io = new Redis({ port: lagging.port });
+    node = createClient({ url: `redis://127.0.0.1:${lagging.port}` });
+    node.on('error', () => {});
+    await node.connect();
+    probe = new Redis({ port: lagging.port });
+    // online: a replica still syncing acknowledges nothing, and every WAIT would run out its timeout
+    for (let tries = 0; !(await probe.info('replication')).includes(',state=online'); tries++) {
+      if (tries === 200) throw new Error('the lagging replica did not sync with its primary within 10 s');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }, 30_000);
+  afterAll(async () => {
+    io?.disconnect();
+    await node?.close();
+    probe?.disconnect();
+    await Promise.all([laggingReplica?.stop(), proxy?.close(), lagging?.stop()]);
+  });
+
+  it.each([
+    ['ioredis', () => io],
+    ['node-redis', () => node],
+  ] as const)(
+    'on %s: 100 first executions at once all run, each call meets NOSCRIPT once at most, and at most 4 WAITs cover them all',
+    async (library, storeClient) => {
+      // WAIT's and the store's timeouts well above the replication delay: what fails here is a count, not a race
+      const store = redisStore({
+        client: storeClient(),
+        prefix: 'cold:',
+        waitForReplicas: { replicas: 1, timeout: 2_500 },
+      });
+      const engine = createIdempotencyEngine({ store, lockTtl: 10_000, storeTimeout: 3_000 });
+      await probe.script('FLUSH');
+      const [calls, errors] = await Promise.all([commandCalls(probe), errorCounts(probe)]);
+      let runs = 0;
+      const results = await Promise.allSettled(
+        Array.from({ length: 100 }, () =>
+          engine.run({ key: randomUUID(), name: 'pay', payload: { amount: 1 } }, async () => ++runs),
+        ),
+      );
+      const sent = delta(calls, await commandCalls(probe));
+      const noScript = ((await errorCounts(probe)).NOSCRIPT ?? 0) - (errors.NOSCRIPT ?? 0);
+      const refused = results.filter((r) => r.status === 'rejected');
+      console.log(
+        `[cold script cache, ${library}] ${refused.length} of 100 refused; WAIT x${sent.wait ?? 0}, EVALSHA x${sent.evalsha ?? 0}, ` +
+          `EVAL x${sent.eval ?? 0}, NOSCRIPT x${noScript}`,
+      );
+      expect(refused.map((r) => (r as PromiseRejectedResult).reason?.message)).toEqual([]);
+      expect(runs).toBe(100);
+      // 100 claims and 100 completions: each met the empty cache at most once
+      expect(noScript).toBeLessThanOrEqual(200);
+      // per script, a batch that met NOSCRIPT and the batch that ran it, with one WAIT each
+      expect(sent.wait).toBeLessThanOrEqual(4);
+    },
+  );
+});
+
 describe('waitForReplicas on a Cluster', () => {
   let cluster: PrivateCluster;
   let clusterClient: Cluster;
+  let nodeCluster: ReturnType<typeof createCluster>;
   beforeAll(async () => {
     cluster = await startPrivateCluster(3, 1);
     clusterClient = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
+    nodeCluster = createCluster({ rootNodes: cluster.ports.map((port) => ({ url: `redis://127.0.0.1:${port}` })) });
+    nodeCluster.on('error', () => {});
+    await nodeCluster.connect();
   }, 60_000);
   afterAll(async () => {
     clusterClient?.disconnect();
+    await nodeCluster?.close();
     await cluster?.stop();
   });
 
@@ -220,4 +311,39 @@ describe('waitForReplicas on a Cluster', () => {
       for (const node of nodes.values()) node.disconnect();
     }
   });
+
+  it.each([
+    ['ioredis', () => clusterClient],
+    ['node-redis', () => nodeCluster],
+  ] as const)(
+    'on %s, after SCRIPT FLUSH on every node: claims at once meet NOSCRIPT once at most, and each master runs at most 2 WAITs (the batch that met it, the batch that ran them)',
+    async (_library, storeClient) => {
+      const store = redisStore({
+        client: storeClient(),
+        prefix: 'cold:',
+        waitForReplicas: { replicas: 1, timeout: 3_000 },
+      });
+      await store.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK }); // slots known
+      const nodes = cluster.ports.map((port) => new Redis({ port, host: '127.0.0.1' }));
+      try {
+        await Promise.all(nodes.map((node) => node.script('FLUSH')));
+        const before = await Promise.all(
+          nodes.map(async (node) => [await commandCalls(node), await errorCounts(node)] as const),
+        );
+        const claims = await Promise.all(
+          Array.from({ length: 60 }, () => store.claim({ id: id(), fingerprint: 'fp', token: 't', lockTtl: LOCK })),
+        );
+        expect(claims.every((claim) => claim.state === 'acquired')).toBe(true);
+        let noScript = 0;
+        for (const [i, node] of nodes.entries()) {
+          const calls = delta(before[i]![0], await commandCalls(node));
+          noScript += ((await errorCounts(node)).NOSCRIPT ?? 0) - (before[i]![1].NOSCRIPT ?? 0);
+          expect(calls.wait ?? 0).toBeLessThanOrEqual(2);
+        }
+        expect(noScript).toBeLessThanOrEqual(60);
+      } finally {
+        for (const node of nodes) node.disconnect();
+      }
+    },
+  );
 });
