@@ -83,7 +83,9 @@ export function absentHint(rec: InspectedRecord, named: Named | undefined, looku
   if (named?.key === undefined) return store;
   const scope =
     named.scope === undefined
-      ? `Read with no scope${named.global ? ' (--scope global)' : ''}: a procedure whose scope returns a user or tenant id keeps its records under it: pass --scope.`
+      ? named.global
+        ? "Read with no scope (--scope global): a procedure whose scope returns a user or tenant id keeps its records under it: pass --scope with that id; for a tenant whose id is the word global, pass --id ('global:<procedure>:<key>')."
+        : 'Read with no scope: a procedure whose scope returns a user or tenant id keeps its records under it: pass --scope.'
       : `Read under scope ${named.scope}: a procedure with scope: 'global' (or whose scope returned null) keeps its records under no scope: leave --scope out.`;
   return `${scope} ${store}`;
 }

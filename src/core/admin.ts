@@ -1,6 +1,7 @@
 import { IdempotencyConfigError } from './errors.js';
 import { hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { nameOfRecordId, recordId } from './key.js';
+import { checkWholeNumber } from './options.js';
 import { markerOf, TOO_LARGE_BODY, UNREPLAYABLE_BODY } from './outcome.js';
 import type { IdempotencyStore, RecordState } from './store.js';
 import type { RecordInfo, RecordSummary, StoreAdmin } from './store-admin.js';
@@ -171,6 +172,7 @@ function liveness(rec: RecordSummary, time: number): { renewedAt?: number; live?
 export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyAdmin {
   // initialized config
   const { store, onEvent, pageSize = 1_000 } = options;
+  checkWholeNumber(pageSize, 'pageSize', 'idempotencyAdmin', { min: 1 });
   const admin: StoreAdmin | undefined = store?.admin;
   if (admin === undefined) {
     throw new IdempotencyConfigError(
@@ -216,6 +218,10 @@ export function idempotencyAdmin(options: IdempotencyAdminOptions): IdempotencyA
     visit: (r: RecordSummary, time: number) => void,
   ) {
     const { procedure, max = 100_000, olderThan, state } = input;
+    // From code, not the CLI's parser: max 0 would answer complete with nothing read, a negative one read anyway.
+    checkWholeNumber(max, 'max', state === 'in_progress' ? 'idempotencyAdmin.stuck' : 'idempotencyAdmin.stats', {
+      min: 1,
+    });
     let cursor: string | undefined;
     let examined = 0;
     // What the pages may read: a page reads about its `limit` (rows, keys), whatever it examines.

@@ -378,6 +378,19 @@ describe('naming a record', () => {
     const unscoped = await cli.run(['inspect', ...kind.flags(), '--procedure', op, '--key', 'other']);
     expect(unscoped.code).toBe(4);
     expect(unscoped.stdout).toMatch(/no scope: .*--scope/);
+    // and --scope global, absent: a tenant whose id is the word global is reached with --id
+    const absentGlobal = await cli.run([
+      'inspect',
+      ...kind.flags(),
+      '--scope',
+      'global',
+      '--procedure',
+      op,
+      '--key',
+      'other',
+    ]);
+    expect(absentGlobal.code).toBe(4);
+    expect(absentGlobal.stdout).toMatch(/the word global, pass --id/);
   });
 });
 

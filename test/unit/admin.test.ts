@@ -320,6 +320,18 @@ describe('idempotencyAdmin', () => {
     expect(await admin.stuck({ olderThan: 0 })).toMatchObject({ records: [], examined: 0, complete: true });
   });
 
+  it('refuses a max or pageSize that is not a whole number from 1, saying which', async () => {
+    const { admin, store } = setup();
+    for (const max of [0, -1, 1.5])
+      await expect(admin.stats({ max })).rejects.toThrow(
+        /idempotencyAdmin\.stats: max must be a whole number >= 1, got the number/,
+      );
+    await expect(admin.stuck({ olderThan: 0, max: 0 })).rejects.toThrow(/idempotencyAdmin\.stuck: max must be/);
+    expect(() => idempotencyAdmin({ store, pageSize: 0 })).toThrow(
+      /idempotencyAdmin: pageSize must be a whole number >= 1/,
+    );
+  });
+
   it('stats: live records by state and procedure', async () => {
     const { admin, store } = setup();
     const claim = (procedure: string, key: string) =>
