@@ -116,8 +116,16 @@ describe('concurrency through ioredis Cluster', () => {
       const answers = await Promise.all(
         Array.from({ length: 200 }, (_, i) => pay(apps[i % 2]!.url, key, { amount: amountOf(key), holdMs: 50 })),
       );
-      expect(runsOf(key)).toBe(1);
+      // At most one ran. On a loaded machine every claim of a burst can outlast storeTimeout (500 ms
+      // here), the winner's too: all 503, and nothing ran (the late winner's claim is given back). The
+      // next call then runs it, once.
+      expect(runsOf(key)).toBeLessThanOrEqual(1);
       const ok = answers.filter((a) => a.status === 200);
+      if (runsOf(key) === 0) {
+        expect(ok).toEqual([]);
+        ok.push(await payUntilAnswered(key));
+      }
+      expect(runsOf(key)).toBe(1);
       expect(new Set(ok.map((a) => a.chargeId)).size).toBe(1);
       // Every other answer is a refusal that ran nothing: 409 while the first call runs, or 503 when the
       // store did not answer within storeTimeout (500 ms here), which a machine this loaded can cause.
@@ -137,6 +145,16 @@ describe('concurrency through ioredis Cluster', () => {
     expect(perMaster.every((n) => n > 0)).toBe(true);
   });
 });
+
+/** Pays with `key` until answered 200: 409 while a claim given back late (or expiring) holds the key. */
+async function payUntilAnswered(key: string) {
+  const started = performance.now();
+  for (;;) {
+    const answer = await pay(apps[0]!.url, key, { amount: amountOf(key) });
+    if (answer.status === 200 || performance.now() - started > LOCK_TTL + 5_000) return answer;
+    await sleep(100);
+  }
+}
 
 /** Slot ranges per node id, from CLUSTER SLOTS. */
 async function slotOwners(port: number): Promise<Map<number, string>> {

@@ -106,6 +106,8 @@ interface Trial {
   refusedBeforeKill: number;
   /** First calls that got no answer at all (network failure or timeout). */
   unanswered: number;
+  /** How many of those failed each way (`TimeoutError`, `TypeError ECONNRESET`...), and when, from the kill. */
+  unansweredWhy: Record<string, number>;
   /** Keys refused with 503 that ran anyway: must be 0 in every mode. */
   refusedButRan: number;
   /** From the first 503 sent to the last one answered (s). */
@@ -303,6 +305,12 @@ async function trial(target: Target, durable: boolean): Promise<Trial> {
       refused: refused.length,
       refusedBeforeKill,
       unanswered: unanswered.length,
+      unansweredWhy: unanswered.reduce<Record<string, number>>((why, k) => {
+        const call = first.get(k)!;
+        const cause = `${call.failure}, sent ${Math.round((call.sentAt - killAt) / 1000)} s from the kill`;
+        why[cause] = (why[cause] ?? 0) + 1;
+        return why;
+      }, {}),
       refusedButRan,
       refusalSeconds,
       refusedUntilMs,
@@ -346,7 +354,7 @@ function checkTrial(label: string, t: Trial, durable: boolean) {
   expect(t.droppedBytes).toBeGreaterThanOrEqual(KILL.whenHeld!);
   // a refused request never ran, and the client's view agrees with the records
   expect(t.refusedButRan).toBe(0);
-  expect(t.unanswered).toBe(0);
+  expect(t.unanswered, `calls with no answer, by cause: ${JSON.stringify(t.unansweredWhy)}`).toBe(0);
   expect(t.notReplayed).toBe(t.lost);
   // a lost key ran twice: its retry found no record and ran it again
   expect(t.doubles).toBe(t.lost);

@@ -25,6 +25,7 @@
  *   fn <key> <step>              a step's fn starts (its downstream call follows)
  *   step <key> <step> <reason>   the engine's step event: ran or resumed
  *   point <point> <key>          the process is about to die here
+ *   lost <keyHash> <reason>      a claim was lost while its checkout ran (events name the key's hash)
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -124,6 +125,8 @@ const idempotent = withIdempotency(t.procedure, {
   // Events name a hash of the key; a step event is emitted inside the resolver, in its request's context.
   onEvent: (event) => {
     if (event.result === 'step') print(`step ${request.getStore() ?? '-'} ${event.step} ${event.reason}`);
+    // A claim lost while its checkout ran (a process starved of CPU for lockTtl): emitted by its lease, in no request.
+    if (event.result === 'lease_lost') print(`lost ${event.keyHash} ${event.reason}`);
   },
 });
 
