@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it as vitestIt } from 'vitest';
 import {
   type IdempotencyStore,
   idempotencyAdmin,
@@ -8,7 +8,12 @@ import {
   recordId,
   type StoreAdmin,
 } from '../../src/core.js';
+import { onSteadyWallClock } from '../helpers/steady-clock.js';
 import type { StoreHarness } from './store-contract.js';
+
+/** `it`, run again when the wall clock stepped while it failed (the stores time expiries by it). */
+const it = (name: string, test: () => Promise<void>, timeout?: number) =>
+  vitestIt(name, () => onSteadyWallClock(test), timeout);
 
 /**
  * The operator's side of the contract (`store.admin`): inspect, list, forget.

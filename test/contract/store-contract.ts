@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it as vitestIt } from 'vitest';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
 import {
   type ClaimInput,
@@ -11,7 +11,12 @@ import {
   type SaveStepInput,
 } from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
+import { onSteadyWallClock } from '../helpers/steady-clock.js';
 import { describeAdminContract } from './admin-contract.js';
+
+/** `it`, run again when the wall clock stepped while it failed (the stores time expiries by it). */
+const it = (name: string, test: () => Promise<void>, timeout?: number) =>
+  vitestIt(name, () => onSteadyWallClock(test), timeout);
 
 type Untimed<T> = T extends unknown ? Omit<T, 'time'> : never;
 

@@ -113,5 +113,6 @@ describe('after a failover', () => {
         replayed: false,
       });
     }
-  });
+    // the Sentinels may first wait out TILT mode (30 s), entered when the machine stalls or its wall clock steps
+  }, 120_000);
 });
