@@ -1,7 +1,7 @@
 /**
  * A store whose calls a test can watch: what each claim answered, and when every call made so far
  * (a give-back an engine sends on its own, after the caller had its answer) has settled. The calls
- * go to the real store unchanged.
+ * go to the real store unchanged (a getter, such as a memory store's `size`, is read once, when it is made).
  */
 import type { ClaimInput, ClaimResult, IdempotencyStore } from '../../src/index.js';
 

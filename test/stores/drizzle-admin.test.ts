@@ -69,7 +69,7 @@ describe('the listing, paged by id', () => {
       if (i % 2 === 1)
         await store.complete({ id, fingerprint: 'fp', token: 'g', state: 'completed', body: '1', ttl: 1 });
     }
-    await sleep(20);
+    await sleep(20); // real time: PostgreSQL's clock must pass the 1 ms expiries
     const { rows } = await pgs.pool.query<{ id: string; state: string }>(
       'select id, state from idempotency_keys order by id',
     );
@@ -223,18 +223,18 @@ describe('what the table keeps for operators', () => {
     const id = recordId('u1', 'op', 'takeover');
     await store.claim({ id, fingerprint: 'fp', token: 'first', lockTtl: 50 });
     const first = await store.admin.inspect({ id });
-    await sleep(120);
+    await sleep(120); // real time: PostgreSQL's clock must pass the 50 ms claim
     await store.claim({ id, fingerprint: 'fp', token: 'second', lockTtl: 60_000 });
     const second = await store.admin.inspect({ id });
     expect(second).toMatchObject({ token: 'second', lockTtl: 60_000 });
     expect(second.claimedAt! - first.claimedAt!).toBeGreaterThanOrEqual(100);
 
-    await sleep(20);
+    await sleep(20); // real time: PostgreSQL's clock must move, or a kept claimedAt proves nothing
     await store.claim({ id, fingerprint: 'fp', token: 'second', lockTtl: 40_000 });
     const again = await store.admin.inspect({ id });
     expect(again).toMatchObject({ token: 'second', lockTtl: 40_000, claimedAt: second.claimedAt });
 
-    await sleep(20);
+    await sleep(20); // real time, as above
     await store.complete({ id, fingerprint: 'fp', token: 'second', state: 'completed', body: '1', ttl: 60_000 });
     const done = await store.admin.inspect({ id });
     expect(done).toMatchObject({ state: 'completed', claimedAt: second.claimedAt });
@@ -287,7 +287,7 @@ describe('what the table keeps for operators', () => {
     const store = storeOf();
     const id = recordId('u1', 'op', 'expired');
     await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 30 });
-    await sleep(60);
+    await sleep(60); // real time: PostgreSQL's clock must pass the 30 ms claim
     expect(await store.admin.forget({ id, state: 'in_progress', token: 'a' })).toBe(false);
     const { rows } = await pgs.pool.query('select 1 from idempotency_keys where id = $1', [id]);
     expect(rows).toHaveLength(1);
