@@ -10,6 +10,7 @@ import { idempotencyAdmin, type ListInput, type RecordSummary, recordId } from '
 import { drizzleStore } from '../../src/drizzle.js';
 import { LIST, LIST_IN_PROGRESS } from '../../src/stores/drizzle-admin.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { sleep } from '../helpers/redis.js';
 
 let pgs: PgSchema;
@@ -120,17 +121,7 @@ describe('the listing, paged by id', () => {
     await clear();
     const store = storeOf();
     const id = recordId('u1', 'op', 'k');
-    await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
-    await store.saveStep!({
-      id,
-      token: 'a',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: 60_000,
-      lockTtl: 60_000,
-    });
+    await claimWithSteps(store, id, { lockTtl: 60_000 });
     log.length = 0;
     await store.admin.inspect({ id, body: true });
     expect(log).toHaveLength(1);
@@ -256,17 +247,7 @@ describe('what the table keeps for operators', () => {
     ] as const) {
       await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
       await store.complete({ id, fingerprint: 'fp', token: 'a', state: 'completed', body, ttl: 60_000 });
-      await store.claim({ id: `${id}-steps`, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep!({
-        id: `${id}-steps`,
-        token: 'a',
-        fingerprint: 'fp',
-        index: 0,
-        name: 'one',
-        body,
-        ttl: 60_000,
-        lockTtl: 10_000,
-      });
+      await claimWithSteps(store, `${id}-steps`, { steps: [{ name: 'one', body }] });
       const info = await store.admin.inspect({ id, body: true });
       expect(info).toMatchObject({ bytes: Buffer.byteLength(body), body });
       expect((await store.admin.inspect({ id: `${id}-steps` })).steps).toEqual([
@@ -293,17 +274,7 @@ describe('what the table keeps for operators', () => {
     expect(rows).toHaveLength(1);
 
     const held = recordId('u1', 'op', 'held');
-    await store.claim({ id: held, fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
-    await store.saveStep!({
-      id: held,
-      token: 'a',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: 60_000,
-      lockTtl: 60_000,
-    });
+    await claimWithSteps(store, held, { lockTtl: 60_000 });
     expect(await store.admin.forget({ id: held, state: 'absent', steps: true })).toBe(false);
     expect((await store.admin.inspect({ id: held })).steps).toEqual([{ name: 's', bytes: 1 }]);
   });
