@@ -3,7 +3,7 @@
  * (a give-back an engine sends on its own, after the caller had its answer) has settled. The calls
  * go to the real store unchanged (a getter, such as a memory store's `size`, is read once, when it is made).
  */
-import type { ClaimInput, ClaimResult, IdempotencyStore } from '../../src/index.js';
+import type { ClaimInput, ClaimResult, IdempotencyStore } from '../../src/core.js';
 
 export interface WatchedStore<S extends IdempotencyStore> {
   /** `inner` with its claim, complete, release, extend and saveStep calls watched. */
