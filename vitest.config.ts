@@ -1,16 +1,37 @@
 import { defineConfig } from 'vitest/config';
 
-// npm run test:unit: test/unit (one module at a time; the bench's own helpers too), test/stores (each store against real Redis and PostgreSQL),
-// test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the client link).
-// The example app's end-to-end suite, the fault suite and the stacks suite (with the CLI's tests) have configs of their own.
+// Two suites, one vitest project each (`npx vitest run <file>` runs a file of either):
+// npm run test:unit (project unit): test/unit, one module at a time (the bench's own helpers too), no
+// service: no Redis, no PostgreSQL, no network.
+// npm run test:live (project live): the library against real Redis and PostgreSQL: test/stores (each
+// store), test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the
+// client link); every test file outside test/unit and the folders below.
+// The example app's end-to-end suite, the fault suite and the stacks suite (with the CLI's tests) have
+// configs of their own.
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    exclude: ['test/e2e/**', 'test/faults/**', 'test/stacks/**', 'test/cli/**', '**/node_modules/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // The files wait mostly on Redis, PostgreSQL, timers and child processes: two at a time on 2 cores
     // (vitest's default there is one).
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'live',
+          include: ['test/**/*.test.ts'],
+          exclude: [
+            'test/unit/**',
+            'test/e2e/**',
+            'test/faults/**',
+            'test/stacks/**',
+            'test/cli/**',
+            '**/node_modules/**',
+          ],
+        },
+      },
+    ],
   },
 });

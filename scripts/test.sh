@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# npm test: the four suites, unit, e2e, faults and stacks (with the CLI's tests), stopping at the first that fails. The stacks
-# suite waits mostly on npm and next, so it runs beside e2e and faults (the unit suite's timeouts are
-# the tightest: it runs alone); its output is printed when they have ended.
+# npm test: the five suites, unit, live, e2e, faults and stacks (with the CLI's tests), stopping at the first that fails.
+# unit (no service) runs first, then live (the library on real Redis and PostgreSQL) alone: its timeouts are
+# the tightest. The stacks suite waits mostly on npm and next, so it runs beside e2e and faults; its output
+# is printed when they have ended.
 # It installs the package packed once here, or the tarball TRPC_IDEMPOTENCY_TGZ names (.ci/run's
 # package check), so that no build of this checkout runs while the example app reads dist/.
 # Fails if any suite fails.
@@ -18,7 +19,7 @@ if [ -z "${TRPC_IDEMPOTENCY_TGZ:-}" ]; then
 fi
 failed=
 suite() { npm run "$1" || { failed="$1"; return 1; }; }
-if suite test:unit; then
+if suite test:unit && suite test:live; then
   # in a process group of its own (setsid), so that an interrupted run ends it and its npm and next too
   setsid npm run test:stacks >"$work/stacks.log" 2>&1 &
   stacks=$!

@@ -22,6 +22,7 @@ import { withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema } from '../helpers/postgres.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
 import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
 import { type BuiltCli, buildCli, REPO } from './built-cli.js';
@@ -158,10 +159,15 @@ describe.each(KINDS)('on $name', (kind) => {
     expect(failed.doc).toMatchObject({ state: 'failed', bytes: 22 });
 
     const held = recordId('u1', p, 'k-held');
-    await store.claim({ id: held, fingerprint: 'fp', token: 'attempt-1', lockTtl: 60_000 });
-    const step = { id: held, token: 'attempt-1', fingerprint: 'fp', ttl: 600_000, lockTtl: 60_000 };
-    expect(await store.saveStep!({ ...step, index: 0, name: 'reserve', body: '{"r":1}' })).toBe('stored');
-    expect(await store.saveStep!({ ...step, index: 1, name: 'charge', body: '"é"' })).toBe('stored');
+    await claimWithSteps(store, held, {
+      token: 'attempt-1',
+      lockTtl: 60_000,
+      ttl: 600_000,
+      steps: [
+        { name: 'reserve', body: '{"r":1}' },
+        { name: 'charge', body: '"é"' },
+      ],
+    });
     const inProgress = await cli.json<Json>(['inspect', ...flags(), '--id', held]);
     expect(inProgress.code).toBe(0);
     expect(inProgress.doc).toMatchObject({
@@ -291,17 +297,7 @@ describe.each(KINDS)('on $name', (kind) => {
     const store = kind.store();
     const p = procedure();
     const id = recordId('u1', p, 'k');
-    await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-    await store.saveStep!({
-      id,
-      token: 'a',
-      fingerprint: 'fp',
-      ttl: 600_000,
-      lockTtl: 10_000,
-      index: 0,
-      name: 'reserve',
-      body: '1',
-    });
+    await claimWithSteps(store, id, { ttl: 600_000, steps: [{ name: 'reserve', body: '1' }] });
     await store.release({ id, token: 'a' });
 
     const absent = await cli.run(['inspect', ...flags(), '--id', id]);

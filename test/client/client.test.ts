@@ -26,7 +26,7 @@ import {
 } from '../helpers/client.js';
 import { type DropProxy, startDropProxy } from '../helpers/drop-proxy.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
-import { gate, rejectionOf, sleep } from '../helpers/trpc.js';
+import { gate, rejectionOf } from '../helpers/trpc.js';
 
 const redis = connectRedis();
 const prefix = uniquePrefix('client');
@@ -193,15 +193,18 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
     const server = await serve();
     server.failures.push('SERVICE_UNAVAILABLE', 'SERVICE_UNAVAILABLE', 'SERVICE_UNAVAILABLE');
     const controller = new AbortController();
-    // without the abort, the retry would be sent 200 ms later
+    // without the abort, the retry would be sent after a wait of 0 ms: its timer armed before the call failed
     const waiting = createIdempotentClient(server, {
-      link: { baseDelayMs: 200, random: () => 0.999, onRetry: () => controller.abort() },
+      link: { baseDelayMs: 0, onRetry: () => controller.abort() },
     });
     const aborted = await rejectionOf(waiting.trpc.flaky.mutate({ n: 1 }, { signal: controller.signal }));
     expect(isAbortError(aborted)).toBe(true);
     expect(isRetryableError(aborted)).toBe(false);
-    await sleep(400);
-    expect(waiting.retries).toHaveLength(1);
+    expect(waiting.retries.map((r) => r.delayMs)).toEqual([0]);
+    // A timer armed now fires after any the link armed before (same delay, in order), and a retry is
+    // sent within its timer's own callback: had one been scheduled, it would be counted by now.
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(waiting.attempts()).toBe(1);
     expect(server.runs('flaky')).toHaveLength(1);
 
     // A batch request is only aborted once all its calls are; the link still rejects the aborted call at once.
@@ -215,8 +218,7 @@ describe.each(stores)('idempotencyLink on the %s store', (_name, makeStore) => {
     const cancelledError = rejectionOf(cancelled).finally(() => (settled = true));
     await until(() => server.runs('pay').length === 2);
     inFlight.abort();
-    await sleep(50);
-    expect(settled).toBe(true); // while the server still holds both calls
+    await expect.poll(() => settled).toBe(true); // while the server still holds both calls
     expect(isAbortError(await cancelledError)).toBe(true);
     release.open();
     expect((await kept).amount).toBe(2);

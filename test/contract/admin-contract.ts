@@ -8,6 +8,7 @@ import {
   recordId,
   type StoreAdmin,
 } from '../../src/core.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { onSteadyWallClock } from '../helpers/steady-clock.js';
 import type { StoreHarness } from './store-contract.js';
 
@@ -120,10 +121,13 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       if (store.saveStep === undefined) return;
       const admin = adminOf(store);
       const id = recordId('u2', procedure(), randomUUID());
-      await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 5_000 });
-      const step = { id, token: 'a', fingerprint: 'fp', ttl: 60_000, lockTtl: 5_000 };
-      expect(await store.saveStep({ ...step, index: 0, name: 'reserve', body: '{"r":1}' })).toBe('stored');
-      expect(await store.saveStep({ ...step, index: 1, name: 'charge', body: '"é"' })).toBe('stored');
+      await claimWithSteps(store, id, {
+        lockTtl: 5_000,
+        steps: [
+          { name: 'reserve', body: '{"r":1}' },
+          { name: 'charge', body: '"é"' },
+        ],
+      });
       const info = await admin.inspect({ id });
       expect(info.steps).toEqual([
         { name: 'reserve', bytes: 7 },
@@ -239,17 +243,7 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       const admin = adminOf(store);
       const name = procedure();
       const held = recordId('u1', name, 'held');
-      await store.claim({ id: held, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep?.({
-        id: held,
-        token: 'a',
-        fingerprint: 'fp',
-        index: 0,
-        name: 's',
-        body: '1',
-        ttl: 60_000,
-        lockTtl: 10_000,
-      });
+      await claimWithSteps(store, held, store.saveStep === undefined ? { steps: [] } : {});
       await completed(store, recordId('u1', name, 'done'), '1', 'completed');
       const times = (r: object) =>
         Object.entries(r).filter(([field]) => ['time', 'claimedAt', 'expiresAt', 'stepsExpireAt'].includes(field));
@@ -308,19 +302,10 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       const { store } = await create();
       if (store.saveStep === undefined) return;
       const admin = adminOf(store);
-      const step = {
-        token: 'a',
-        fingerprint: 'fp',
-        index: 0,
-        name: 'reserve',
-        body: '1',
-        ttl: 60_000,
-        lockTtl: 10_000,
-      };
+      const steps = [{ name: 'reserve', body: '1' }];
 
       const kept = recordId('u1', procedure(), randomUUID());
-      await store.claim({ id: kept, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep({ ...step, id: kept });
+      await claimWithSteps(store, kept, { steps });
       expect(await admin.forget({ id: kept, state: 'in_progress', token: 'a' })).toBe(true);
       expect(await store.claim({ id: kept, fingerprint: 'fp', token: 'b', lockTtl: 10_000 })).toMatchObject({
         state: 'acquired',
@@ -328,14 +313,12 @@ export function describeAdminContract(create: () => Promise<StoreHarness> | Stor
       });
 
       const cleared = recordId('u1', procedure(), randomUUID());
-      await store.claim({ id: cleared, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep({ ...step, id: cleared });
+      await claimWithSteps(store, cleared, { steps });
       expect(await admin.forget({ id: cleared, state: 'in_progress', token: 'a', steps: true })).toBe(true);
       expect(await admin.inspect({ id: cleared })).toMatchObject({ state: 'absent', steps: [] });
 
       const alone = recordId('u1', procedure(), randomUUID());
-      await store.claim({ id: alone, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep({ ...step, id: alone });
+      await claimWithSteps(store, alone, { steps });
       await store.release({ id: alone, token: 'a' });
       expect(await admin.forget({ id: alone, state: 'absent' })).toBe(false);
       expect(await admin.forget({ id: alone, state: 'absent', steps: true })).toBe(true);

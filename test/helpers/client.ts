@@ -99,8 +99,8 @@ export interface TestClientOptions {
 
 /**
  * A real tRPC client with the recommended chain: idempotencyLink, then an
- * HTTP link whose headers come from idempotencyHeaders. Records the retries
- * and the response headers it sees.
+ * HTTP link whose headers come from idempotencyHeaders. Records the retries,
+ * the attempts it sends and the response headers it sees.
  */
 export function createIdempotentClient(server: PaymentsServer, options: TestClientOptions = {}) {
   const url = options.url ?? server.url;
@@ -119,6 +119,14 @@ export function createIdempotentClient(server: PaymentsServer, options: TestClie
       : options.transport === 'split'
         ? splitLink({ condition: (op) => op.context.skipBatch === true, true: http(), false: batch() })
         : http();
+  let attempts = 0;
+  // counts each attempt as idempotencyLink sends it (an aborted one included: the HTTP link may send nothing)
+  const counting: TRPCLink<PaymentsRouter> =
+    () =>
+    ({ op, next }) => {
+      attempts++;
+      return next(op);
+    };
   const userOnRetry = options.link?.onRetry;
   const trpc = createTRPCClient<PaymentsRouter>({
     links: [
@@ -131,10 +139,12 @@ export function createIdempotentClient(server: PaymentsServer, options: TestClie
           userOnRetry?.(event);
         },
       }),
+      counting,
       terminating,
     ],
   });
-  return { trpc, retries, responses };
+  /** `attempts()`: the calls idempotencyLink has passed on to the HTTP link, each attempt of each mutation. */
+  return { trpc, retries, responses, attempts: () => attempts };
 }
 
 /** The idempotency key headers of a request, by name. */

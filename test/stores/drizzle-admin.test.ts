@@ -10,6 +10,7 @@ import { idempotencyAdmin, type ListInput, type RecordSummary, recordId } from '
 import { drizzleStore } from '../../src/drizzle.js';
 import { LIST, LIST_IN_PROGRESS } from '../../src/stores/drizzle-admin.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { sleep } from '../helpers/redis.js';
 
 let pgs: PgSchema;
@@ -69,7 +70,7 @@ describe('the listing, paged by id', () => {
       if (i % 2 === 1)
         await store.complete({ id, fingerprint: 'fp', token: 'g', state: 'completed', body: '1', ttl: 1 });
     }
-    await sleep(20);
+    await sleep(20); // real time: PostgreSQL's clock must pass the 1 ms expiries
     const { rows } = await pgs.pool.query<{ id: string; state: string }>(
       'select id, state from idempotency_keys order by id',
     );
@@ -120,17 +121,7 @@ describe('the listing, paged by id', () => {
     await clear();
     const store = storeOf();
     const id = recordId('u1', 'op', 'k');
-    await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
-    await store.saveStep!({
-      id,
-      token: 'a',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: 60_000,
-      lockTtl: 60_000,
-    });
+    await claimWithSteps(store, id, { lockTtl: 60_000 });
     log.length = 0;
     await store.admin.inspect({ id, body: true });
     expect(log).toHaveLength(1);
@@ -223,18 +214,18 @@ describe('what the table keeps for operators', () => {
     const id = recordId('u1', 'op', 'takeover');
     await store.claim({ id, fingerprint: 'fp', token: 'first', lockTtl: 50 });
     const first = await store.admin.inspect({ id });
-    await sleep(120);
+    await sleep(120); // real time: PostgreSQL's clock must pass the 50 ms claim
     await store.claim({ id, fingerprint: 'fp', token: 'second', lockTtl: 60_000 });
     const second = await store.admin.inspect({ id });
     expect(second).toMatchObject({ token: 'second', lockTtl: 60_000 });
     expect(second.claimedAt! - first.claimedAt!).toBeGreaterThanOrEqual(100);
 
-    await sleep(20);
+    await sleep(20); // real time: PostgreSQL's clock must move, or a kept claimedAt proves nothing
     await store.claim({ id, fingerprint: 'fp', token: 'second', lockTtl: 40_000 });
     const again = await store.admin.inspect({ id });
     expect(again).toMatchObject({ token: 'second', lockTtl: 40_000, claimedAt: second.claimedAt });
 
-    await sleep(20);
+    await sleep(20); // real time, as above
     await store.complete({ id, fingerprint: 'fp', token: 'second', state: 'completed', body: '1', ttl: 60_000 });
     const done = await store.admin.inspect({ id });
     expect(done).toMatchObject({ state: 'completed', claimedAt: second.claimedAt });
@@ -256,17 +247,7 @@ describe('what the table keeps for operators', () => {
     ] as const) {
       await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
       await store.complete({ id, fingerprint: 'fp', token: 'a', state: 'completed', body, ttl: 60_000 });
-      await store.claim({ id: `${id}-steps`, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-      await store.saveStep!({
-        id: `${id}-steps`,
-        token: 'a',
-        fingerprint: 'fp',
-        index: 0,
-        name: 'one',
-        body,
-        ttl: 60_000,
-        lockTtl: 10_000,
-      });
+      await claimWithSteps(store, `${id}-steps`, { steps: [{ name: 'one', body }] });
       const info = await store.admin.inspect({ id, body: true });
       expect(info).toMatchObject({ bytes: Buffer.byteLength(body), body });
       expect((await store.admin.inspect({ id: `${id}-steps` })).steps).toEqual([
@@ -287,23 +268,13 @@ describe('what the table keeps for operators', () => {
     const store = storeOf();
     const id = recordId('u1', 'op', 'expired');
     await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 30 });
-    await sleep(60);
+    await sleep(60); // real time: PostgreSQL's clock must pass the 30 ms claim
     expect(await store.admin.forget({ id, state: 'in_progress', token: 'a' })).toBe(false);
     const { rows } = await pgs.pool.query('select 1 from idempotency_keys where id = $1', [id]);
     expect(rows).toHaveLength(1);
 
     const held = recordId('u1', 'op', 'held');
-    await store.claim({ id: held, fingerprint: 'fp', token: 'a', lockTtl: 60_000 });
-    await store.saveStep!({
-      id: held,
-      token: 'a',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: 60_000,
-      lockTtl: 60_000,
-    });
+    await claimWithSteps(store, held, { lockTtl: 60_000 });
     expect(await store.admin.forget({ id: held, state: 'absent', steps: true })).toBe(false);
     expect((await store.admin.inspect({ id: held })).steps).toEqual([{ name: 's', bytes: 1 }]);
   });

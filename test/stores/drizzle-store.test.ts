@@ -46,7 +46,7 @@ describe('purgeExpired', () => {
             ttl: 200,
           });
       }
-      await sleep(300);
+      await sleep(300); // real time: PostgreSQL's clock must pass the 200 ms expiries
       expect(await store.purgeExpired({ batchSize: 2, maxBatches: 1 })).toBe(2);
       expect(await store.purgeExpired({ batchSize: 2 })).toBe(3);
       expect(await store.purgeExpired()).toBe(0);
@@ -168,6 +168,7 @@ describe('a claim that finds a live row', () => {
     try {
       await locker.query('begin');
       await locker.query(`select 1 from idempotency_keys where id like 'live-%' for update`);
+      // A bound, not a wait: claims that queue behind the row locks would answer only at the rollback.
       const answered = await Promise.race([claims(), sleep(5_000).then(() => 'waited for the lock')]);
       expect(answered).toMatchObject(expected);
     } finally {

@@ -12,7 +12,8 @@ import { createIdempotencyEngine, type IdempotencyEvent } from '../../src/index.
 import { type RedisClient, redisStore } from '../../src/redis.js';
 import { CLAIM } from '../../src/stores/redis-scripts.js';
 import { startPipe } from '../helpers/proxy.js';
-import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { watchedStore } from '../helpers/store-calls.js';
 import { startTriggerProxy } from '../helpers/trigger-proxy.js';
 import { gate } from '../helpers/trpc.js';
 
@@ -40,6 +41,8 @@ async function holdingPipe() {
   cleanups.push(() => pipe.close());
   return {
     port: pipe.port,
+    /** The chunks held back so far. */
+    held: () => held?.length ?? 0,
     hold() {
       held = [];
     },
@@ -87,14 +90,13 @@ describe.each(['ioredis', 'node-redis'] as const)(
           storeTimeout: STORE_TIMEOUT,
           onEvent: (e: IdempotencyEvent) => events.push(e),
         };
-        const holderStore = redisStore({ client: await client(holderPipe.port, library), prefix });
-        const holder = createIdempotencyEngine({ store: holderStore, ...options });
-        const other = sameInstance
-          ? holder
-          : createIdempotencyEngine({
-              store: redisStore({ client: await client(retryPipe.port, library), prefix }),
-              ...options,
-            });
+        // watched: the late claim's answer, and the give-back it may lead to, are calls of these stores
+        const holderStore = watchedStore(redisStore({ client: await client(holderPipe.port, library), prefix }));
+        const holder = createIdempotencyEngine({ store: holderStore.store, ...options });
+        const otherStore = sameInstance
+          ? holderStore
+          : watchedStore(redisStore({ client: await client(retryPipe.port, library), prefix }));
+        const other = sameInstance ? holder : createIdempotencyEngine({ store: otherStore.store, ...options });
         // engines that have had a claim answered know Redis's clock
         await holder.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
         if (warm) await other.run({ key: randomUUID(), name: 'warm', payload: {} }, async () => 0);
@@ -116,17 +118,22 @@ describe.each(['ioredis', 'node-redis'] as const)(
         await expect(other.run(input, async () => `charge-${++runs}`)).rejects.toMatchObject({
           reason: 'store_unavailable',
         });
+        const queued = holderPipe.held();
         charging.open(); // the charge finishes: its completion is sent, and queued behind the late claim
-        await sleep(20);
-        await redis.del(holderStore.keyOf(`:pay:${input.key}`)); // the restart lost the claim
+        await expect.poll(() => holderPipe.held()).toBeGreaterThan(queued);
+        await redis.del(holderStore.store.keyOf(`:pay:${input.key}`)); // the restart lost the claim
         retryPipe.release(); // the late claim lands first...
         holderPipe.release(); // ...then the holder's completion, still awaited
 
         expect(await first).toEqual({ value: 'charge-1', replayed: false });
-        await sleep(300); // the late claim's give-back, if there is one, has happened
+        // the outcome stored (a completion refused by the late claim is tried again, in the background), and
+        // the late claim answered, its give-back too, if there is one
+        const completions = () => events.filter((e) => e.result === 'completed' && e.name === 'pay').length;
+        await expect.poll(completions, { timeout: 5_000 }).toBe(1);
+        await otherStore.settled();
         expect(await other.run(input, async () => `charge-${++runs}`)).toEqual({ value: 'charge-1', replayed: true });
         expect(runs).toBe(1);
-        expect(events.filter((e) => e.result === 'completed' && e.name === 'pay')).toHaveLength(1);
+        expect(completions()).toBe(1);
         expect(events.filter((e) => e.result === 'lease_lost')).toEqual([]);
       },
     );

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ListInput, type RecordSummary, recordId, type StoreAdmin } from '../../src/core.js';
 import { type RedisStore, redisStore } from '../../src/redis.js';
 import { globEscape } from '../../src/stores/redis-admin.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { deleteByPrefix, REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { commandCalls, delta, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
 import { liveStores } from '../helpers/stores.js';
@@ -135,17 +136,7 @@ describe('redis admin: layout', () => {
     await store.initialize();
     const name = procedure();
     const id = recordId('u1', name, 'stepped');
-    await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
-    await store.saveStep!({
-      id,
-      token: 'a',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: 60_000,
-      lockTtl: 10_000,
-    });
+    await claimWithSteps(store, id);
     // a key under the pattern that is not a record's hash: skipped, not an error
     const stray = `${fencedPrefix}{u1:${name}:stray}`;
     await redis.set(stray, 'not a record', 'PX', 60_000);

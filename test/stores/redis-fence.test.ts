@@ -148,7 +148,7 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     expect(await claim(fenced, held, 'holder')).toMatchObject({ state: 'acquired' });
     await forget([held]);
     await expect(claim(fenced, held, 'retry')).rejects.toThrow(/lost its data/);
-    await sleep(LOCK + 100);
+    await sleep(LOCK + 100); // real time: Redis times the fence's window (lockTtl) by its own clock
     expect(await fenced.extend({ id: held, token: 'holder', lockTtl: LOCK, fingerprint: 'fp' })).toBe(false);
     expect(await setup.client.exists(fenced.keyOf(held))).toBe(0);
     expect(await claim(fenced, held, 'retry')).toMatchObject({ state: 'acquired' });
@@ -217,7 +217,7 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     const store = redisStore({ client: setup.client, prefix: `new-${randomUUID().slice(0, 8)}:`, restartFence: true });
     const key = id();
     await expect(claim(store, key, 'a')).rejects.toThrow(/If this Redis is new, run store\.initialize\(\) once/);
-    await sleep(LOCK + 100);
+    await sleep(LOCK + 100); // real time: Redis times the fence's window (lockTtl) by its own clock
     expect(await claim(store, key, 'a')).toMatchObject({ state: 'acquired' });
   });
 
@@ -248,7 +248,7 @@ describe.each(setups)('the restart fence on %s', (_label, makeSetup) => {
     await forget([recordId(undefined, 'pay', key)]);
     await expect(pay()).rejects.toMatchObject({ reason: 'store_unavailable' });
     expect(runs).toBe(0);
-    await sleep(LOCK + 100);
+    await sleep(LOCK + 100); // real time: Redis times the fence's window (lockTtl) by its own clock
     expect(await pay()).toEqual({ value: 1, replayed: false });
   });
 });

@@ -7,6 +7,7 @@ import { createIdempotencyEngine, type IdempotencyEvent, recordId, retryable } f
 import { type MemoryStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { describeStoreContract } from '../contract/store-contract.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { REDIS_URL, sleep } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
 
@@ -321,17 +322,7 @@ describe('memory store bounds', () => {
     expect(store.size).toBe(3);
     // cleared with the outcome
     const next = recordId('steps', 'op', 'k2');
-    await store.claim({ id: next, fingerprint: 'fp', token: 'n', lockTtl: LONG });
-    await store.saveStep!({
-      id: next,
-      token: 'n',
-      fingerprint: 'fp',
-      index: 0,
-      name: 's',
-      body: '1',
-      ttl: LONG,
-      lockTtl: LONG,
-    });
+    await claimWithSteps(store, next, { token: 'n', lockTtl: LONG, ttl: LONG });
     expect(store.size).toBe(4); // room for the steps: `other` gave its oldest record again
     expect(evicted).toEqual([recordId('other', 'op', 'k0'), recordId('other', 'op', 'k1')]);
     await store.complete({

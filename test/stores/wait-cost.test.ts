@@ -128,7 +128,7 @@ async function holdAndWait(
   await claimed(store, key);
   const waiters = duplicates(engine, key, () => runs++, n);
   await scriptsRan(before, 1 + 2 * n);
-  if (holdMs > 0) await sleep(holdMs);
+  if (holdMs > 0) await sleep(holdMs); // real time, bounded: that no waiter sends anything meanwhile has no event to wait for
   return { holder, waiters, before, release: release.open, runs: () => runs, channel: `${prefix}settled` };
 }
 

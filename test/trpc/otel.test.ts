@@ -383,6 +383,7 @@ describe('openTelemetry: metrics', () => {
     const prefix = uniquePrefix('otel');
     const otel = sdk();
     const events: IdempotencyEvent[] = [];
+    const renewedThrice = gate();
     const store = redisStore({ client: redis, prefix });
     const engine = createIdempotencyEngine({
       store,
@@ -391,15 +392,18 @@ describe('openTelemetry: metrics', () => {
       onEvent: openTelemetry({
         meterProvider: otel.meterProvider,
         tracerProvider: otel.tracerProvider,
-        onEvent: (e) => events.push(e),
+        onEvent: (e) => {
+          events.push(e);
+          if (events.filter((r) => r.result === 'renewed' && r.name === 'report').length === 3) renewedThrice.open();
+        },
       }),
     });
     try {
-      // Runs past several renewals (every 100 ms), then finishes.
-      await engine.run(
-        { key: randomUUID(), name: 'report', payload: {} },
-        () => new Promise((resolve) => setTimeout(() => resolve('done'), 800)),
-      );
+      // Runs until its claim was renewed three times (every 100 ms), then finishes.
+      await engine.run({ key: randomUUID(), name: 'report', payload: {} }, async () => {
+        await renewedThrice.opened;
+        return 'done';
+      });
       // The record disappears while the operation runs: the next renewal finds the claim gone.
       const key = randomUUID();
       await engine.run({ key, name: 'transfer', payload: {} }, async ({ signal }) => {

@@ -2,6 +2,7 @@
  * The tRPC adapter end to end: a real HTTP server and client per test.
  */
 import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 import { createTRPCClient, httpBatchStreamLink } from '@trpc/client';
 import { initTRPC, TRPCError } from '@trpc/server';
 import superjson from 'superjson';
@@ -19,17 +20,9 @@ import {
   withIdempotency,
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
+import { watchedStore } from '../helpers/store-calls.js';
 import { liveStores } from '../helpers/stores.js';
-import {
-  createClient,
-  gate,
-  listen,
-  rejectionOf,
-  type Seen,
-  sleep,
-  startServer,
-  type TestServer,
-} from '../helpers/trpc.js';
+import { createClient, gate, listen, rejectionOf, type Seen, startServer, type TestServer } from '../helpers/trpc.js';
 
 interface Ctx {
   user?: string;
@@ -581,8 +574,9 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
   it("inFlight: 'wait' makes a duplicate wait for the first outcome and replay it", async () => {
     let runs = 0;
     const release = gate();
+    const watched = watchedStore(makeStore());
     const router = t.router({
-      pay: withIdempotency(t.procedure, { scope: 'global', store: makeStore(), inFlight: 'wait', waitTimeout: 5_000 })
+      pay: withIdempotency(t.procedure, { scope: 'global', store: watched.store, inFlight: 'wait', waitTimeout: 5_000 })
         .input(z.object({ amount: z.number() }))
         .mutation(async () => {
           runs++;
@@ -596,7 +590,10 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
     const first = client.pay.mutate({ amount: 1 }, { context: { key } });
     await expect.poll(() => runs).toBe(1);
     const waiters = [1, 2, 3].map(() => client.pay.mutate({ amount: 1 }, { context: { key } }));
-    await sleep(100);
+    // each duplicate found the key held, so waits: three tokens answered in_progress
+    const waiting = () =>
+      new Set(watched.claims.filter((c) => c.answer.state === 'in_progress').map((c) => c.input.token));
+    await expect.poll(() => waiting().size).toBe(3);
     release.open();
     const results = await Promise.all([first, ...waiters]);
     expect(new Set(results.map((r) => r.charge)).size).toBe(1);
@@ -605,6 +602,7 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
   });
 
   it("inFlight: 'wait' gives up with 409 after waitTimeout", async () => {
+    const started = gate();
     const release = gate();
     const router = t.router({
       pay: withIdempotency(t.procedure, {
@@ -613,6 +611,7 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
         inFlight: 'wait',
         waitTimeout: 300,
       }).mutation(async () => {
+        started.open();
         await release.opened;
         return 1;
       }),
@@ -620,7 +619,7 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
     const client = await serve(router);
     const key = randomUUID();
     const first = client.pay.mutate(undefined, { context: { key } });
-    await sleep(50);
+    await started.opened;
     const error = await rejectionOf(client.pay.mutate(undefined, { context: { key } }));
     expect(error.data).toMatchObject({ httpStatus: 409, idempotency: { reason: 'in_progress' } });
     release.open();
@@ -629,30 +628,40 @@ describe.each(stores)('in flight, on the $name store', ({ make: makeStore }) => 
 
   it('renews the claim of a procedure that runs three times longer than lockTtl: it runs once while retries arrive', async () => {
     let runs = 0;
+    let renewals = 0;
     const lockTtl = 300;
+    const release = gate();
     const router = t.router({
-      slow: withIdempotency(t.procedure, { scope: 'global', store: makeStore(), lockTtl }).mutation(async () => {
+      slow: withIdempotency(t.procedure, {
+        scope: 'global',
+        store: makeStore(),
+        lockTtl,
+        onEvent: (e) => void (e.result === 'renewed' && renewals++),
+      }).mutation(async () => {
         runs++;
-        await sleep(lockTtl * 3);
+        await release.opened;
         return 'done';
       }),
     });
     const client = await serve(router);
     const key = randomUUID();
     const first = client.slow.mutate(undefined, { context: { key } });
+    await expect.poll(() => runs).toBe(1);
+    // A retry after each renewal (every lockTtl / 3, in real time: Redis and PostgreSQL expire an
+    // unrenewed claim by their own clocks), for 3 × lockTtl: each finds the key held.
     const statuses: number[] = [];
-    for (let i = 0; i < 8; i++) {
-      await sleep(100);
-      const outcome = await client.slow.mutate(undefined, { context: { key } }).then(
-        () => 200,
-        (e) => e.data?.httpStatus as number,
+    for (let renewed = 1; renewed <= 9; renewed++) {
+      await expect.poll(() => renewals, { timeout: 5_000 }).toBeGreaterThanOrEqual(renewed);
+      statuses.push(
+        await client.slow.mutate(undefined, { context: { key } }).then(
+          () => 200,
+          (e) => e.data?.httpStatus as number,
+        ),
       );
-      statuses.push(outcome);
-      if (outcome === 200) break;
     }
+    release.open();
     expect(await first).toBe('done');
-    expect(statuses.filter((s) => s === 409).length).toBeGreaterThanOrEqual(5);
-    expect(statuses.every((s) => s === 409 || s === 200)).toBe(true);
+    expect(statuses).toEqual(Array(9).fill(409));
     expect(await client.slow.mutate(undefined, { context: { key } })).toBe('done');
     expect(runs).toBe(1);
   });
@@ -846,10 +855,15 @@ describe('the caller going away', () => {
   it("does not abort the resolver's signal: the operation finishes and the retry gets the replay", async () => {
     let runs = 0;
     let abortedInside: boolean | undefined;
+    const started = gate();
     const router = t.router({
-      pay: idem().mutation(async ({ signal }) => {
+      pay: idem().mutation(async ({ ctx, signal }) => {
         runs++;
-        await sleep(200);
+        // the server saw the caller go away: tRPC aborts the request's own signal on this event
+        const { res } = ctx as Ctx & { res: ServerResponse };
+        const gone = new Promise<void>((resolve) => res.once('close', () => resolve()));
+        started.open();
+        await gone;
         abortedInside = signal?.aborted;
         return { charge: runs };
       }),
@@ -858,7 +872,7 @@ describe('the caller going away', () => {
     const key = randomUUID();
     const gaveUp = new AbortController();
     const first = client.pay.mutate(undefined, { context: { key }, signal: gaveUp.signal });
-    await sleep(50);
+    await started.opened;
     gaveUp.abort();
     await expect(first).rejects.toThrow();
     await expect.poll(() => abortedInside).toBe(false);

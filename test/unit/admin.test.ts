@@ -8,6 +8,7 @@ import {
   memoryStore,
   recordId,
 } from '../../src/core.js';
+import { claimWithSteps } from '../helpers/records.js';
 
 // idempotencyAdmin's guards, events and scans, on the memory store with a fake clock (every store's
 // own side, StoreAdmin, is in the shared contract: test/contract/admin-contract.ts).
@@ -231,17 +232,7 @@ describe('idempotencyAdmin', () => {
 
     it('deletes the steps left by a released claim only with steps', async () => {
       const { admin, store, events } = setup();
-      await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 3_000 });
-      await store.saveStep!({
-        id,
-        token: 't',
-        fingerprint: 'fp',
-        index: 0,
-        name: 'reserve',
-        body: '1',
-        ttl: 60_000,
-        lockTtl: 3_000,
-      });
+      await claimWithSteps(store, id, { token: 't', lockTtl: 3_000, steps: [{ name: 'reserve', body: '1' }] });
       await store.release({ id, token: 't' });
       expect(await admin.release(ref, { confirm: true })).toMatchObject({ done: false, reason: 'absent' });
       expect(await admin.release(ref, { confirm: true, steps: true })).toMatchObject({ done: true });
