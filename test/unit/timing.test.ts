@@ -7,10 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it, vi } from 'vitest';
 import { type Timed, TimerQueue, withTimeout } from '../../src/core/timing.js';
 import { connectRedis } from '../helpers/redis.js';
-import { useRealTime, useVirtualTime } from '../helpers/virtual-time.js';
-
-// performance.now() as the fake clock sets it, while a test uses virtual time (the real one otherwise)
-vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
+import { useRealTime, useVirtualTime, virtualClock } from '../helpers/virtual-time.js';
 
 function entry(name: string, log: { name: string; at: number }[], onFire?: () => void): Timed {
   return {
@@ -63,7 +60,7 @@ describe('TimerQueue', () => {
   it('an entry added since a time already past is placed by its due time, and re-arms the timer when it is due first', async () => {
     useVirtualTime();
     try {
-      const queue = new TimerQueue(100);
+      const queue = new TimerQueue(100, virtualClock());
       const log: { name: string; at: number }[] = [];
       queue.add(entry('a', log), 0); // due at 100
       await vi.advanceTimersByTimeAsync(50);
