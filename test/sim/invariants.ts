@@ -168,16 +168,24 @@ export function check(out: Outcome): Verdict {
   // release's store_error, or a gave_up; with none of them, its claim was reported lost.
   for (const run of runs) {
     if (crashedAt.has(run.process)) continue;
-    // The request's own events; and its lease's, emitted by the lease's timer while the operation ran.
-    const events = out.events.filter(
-      (e) =>
-        e.request === run.request ||
-        (e.request === undefined &&
-          e.process === run.process &&
-          e.key === run.key &&
-          e.at >= run.start &&
-          e.at <= (run.end ?? out.end)),
+    // The request's own events; and its lease's, emitted by the lease's timer while the operation ran
+    // (in no request's context): those are told apart only when no other run of the key overlaps in this process.
+    const window = (e: Outcome['events'][number], r: Run) =>
+      e.request === undefined &&
+      e.process === r.process &&
+      e.key === r.key &&
+      e.at >= r.start &&
+      e.at <= (r.end ?? out.end);
+    const shared = runs.some(
+      (other) =>
+        other !== run &&
+        other.process === run.process &&
+        other.key === run.key &&
+        other.start <= (run.end ?? out.end) &&
+        (other.end ?? out.end) >= run.start,
     );
+    const events = out.events.filter((e) => e.request === run.request || (!shared && window(e, run)));
+    const lostByTimer = shared && out.events.some((e) => window(e, run) && e.event.result === 'lease_lost');
     const ends = events.filter(
       ({ event: e }) =>
         e.result === 'completed' ||
@@ -192,7 +200,9 @@ export function check(out: Outcome): Verdict {
     if (ends.length > 1 && !lateAfterGaveUp) {
       violations.push(`r${run.request} ended in ${ends.length} events: ${names.join(', ')}`);
     }
-    if (ends.length === 0 && lost.length === 0) violations.push(`r${run.request} ended in no terminal event`);
+    if (ends.length === 0 && lost.length === 0 && !lostByTimer) {
+      violations.push(`r${run.request} ended in no terminal event`);
+    }
     if (run.end !== undefined && ends.length > 0) {
       const limit = run.end + storeTimeout + 2 * lockTtl + 1;
       if (ends[0]!.at > limit)
