@@ -56,8 +56,8 @@ export function describeFault(fault: Fault): string {
 export interface Network {
   /** The store behind the network now (a restart replaces it). */
   readonly store: () => MemoryStore;
-  /** The fate of the next store call (numbered from 0 across processes). */
-  fault(call: number): Fault;
+  /** The fate of the next store call (numbered from 0 across processes) of `process`. */
+  fault(call: number, process: string): Fault;
   /** Calls `fn` after `ms` of virtual time; the call is on the wire, so it survives its sender's crash. */
   after(ms: number, fn: () => void): void;
   /** Resolves when the scheduler picks this task. */
@@ -71,7 +71,8 @@ export interface Network {
   sent(process: string, op: string, input: unknown, fault: Fault, call: number): void;
 }
 
-const never = new Promise<never>(() => {});
+// A promise that never settles, made per call: one shared for ever would keep every reaction ever added to it.
+const never = (): Promise<never> => new Promise<never>(() => {});
 let calls = 0;
 
 /** Resets the call numbering: each simulation numbers its calls from 0. */
@@ -85,15 +86,15 @@ class NetworkError extends Error {
 
 export function faultyStore(process: string, net: Network): IdempotencyStore {
   function call<I, O>(op: string, input: I, apply: (store: MemoryStore) => Promise<O>): Promise<O> {
-    if (net.crashed(process)) return never;
+    if (net.crashed(process)) return never();
     const n = calls++;
-    const fault = net.fault(n);
+    const fault = net.fault(n, process);
     net.sent(process, op, input, fault, n);
     if (fault.kind === 'crash') {
       net.crash(process, `as it sent ${op} #${n}`);
-      return never;
+      return never();
     }
-    if (fault.kind === 'lost') return never;
+    if (fault.kind === 'lost') return never();
     return new Promise<O>((resolve, reject) => {
       const reply = (back: number, settle: () => void) =>
         net.after(back, () => {

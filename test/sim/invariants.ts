@@ -91,7 +91,24 @@ export function check(out: Outcome): Verdict {
             `k${key} ran twice: r${first.request} (${first.process}, from ${first.start}) and r${second.request} ` +
               `(${second.process}, from ${second.start}), with no documented cause (server.md: "a slow but alive request is never run twice")`,
           );
-        } else causes[cause] = (causes[cause] ?? 0) + 1;
+        } else {
+          causes[cause] = (causes[cause] ?? 0) + 1;
+          // docs/server.md: "The resolver's signal aborts as soon as the claim is lost: ... no renewal was
+          // confirmed for a whole lockTtl (... from then on the store may give the key to another request)".
+          const running = first.end === undefined || first.end > second.start;
+          const crashed = crashedAt.get(first.process);
+          const alive = crashed === undefined || crashed > second.start;
+          if (
+            cause === 'renewals_lost_past_bound' &&
+            running &&
+            alive &&
+            !(first.abortedAt !== undefined && first.abortedAt <= second.start)
+          ) {
+            violations.push(
+              `r${first.request}'s signal had not aborted when r${second.request} took k${key} at ${second.start} (aborted: ${first.abortedAt ?? 'never'})`,
+            );
+          }
+        }
       }
     }
   }

@@ -64,6 +64,16 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
       skews: fc.array(fc.integer({ min: -5_000, max: 5_000 }), { minLength: processes, maxLength: processes }),
       requests: fc.array(requestArb(lockTtl, processes), { minLength: 2, maxLength: 6 }),
       faults: fc.array(fc.record({ call: fc.nat(60), fault: faultArb(storeTimeout) }), { maxLength: 10 }),
+      partitions: fc.array(
+        fc
+          .record({
+            process: fc.integer({ min: 0, max: processes - 1 }),
+            from: fc.integer({ min: 0, max: 3 * lockTtl }),
+            length: fc.integer({ min: 1, max: 2 * lockTtl }),
+          })
+          .map(({ process, from, length }) => ({ process, from, to: from + length })),
+        { maxLength: 1 },
+      ),
       crashes: fc.array(
         fc.record({
           process: fc.integer({ min: 0, max: processes - 1 }),

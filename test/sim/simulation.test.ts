@@ -4,7 +4,7 @@
  * fast-check's scheduler, every timer on virtual time; invariants.ts says what must hold and which
  * sentence of the docs promises it.
  *
- * CI runs SIM_RUNS worlds (default 8,000, about 15 s); `npm run test:sim` runs 100,000. Each run prints its seed;
+ * CI runs SIM_RUNS worlds (default 20,000: about 15 s on one core); `npm run test:sim` runs 100,000. Each run prints its seed;
  * a failure prints its seed, its path and the shrunk world's trace. Replay one with
  * SIM_SEED=<seed> SIM_PATH=<path> npx vitest run test/sim.
  */
@@ -14,7 +14,7 @@ import { type Cause, check } from './invariants.js';
 import { scenarioArb } from './scenario.js';
 import { simulate } from './simulation.js';
 
-const runs = Number(process.env.SIM_RUNS ?? 8_000);
+const runs = Number(process.env.SIM_RUNS ?? 20_000);
 const seed = process.env.SIM_SEED === undefined ? (Date.now() ^ (process.pid << 16)) | 0 : Number(process.env.SIM_SEED);
 const path = process.env.SIM_PATH;
 

@@ -13,6 +13,9 @@ import { boundedRecordId } from '../../src/core/key.js';
 import type { ExecuteResult, IdempotencyEngine } from '../../src/core/types.js';
 import { type MemoryStore, memoryStore } from '../../src/stores/memory.js';
 import { describeFault, type Fault, faultyStore, OK, resetCalls } from './faulty-store.js';
+
+const LOST: Fault = { kind: 'lost' };
+
 import { Timeline } from './timeline.js';
 
 /** One client request, sent to one process. */
@@ -39,6 +42,8 @@ export interface Scenario {
   requests: Request[];
   /** The fate of store call number `call` (numbered across processes); every other call is answered at once. */
   faults: { call: number; fault: Fault }[];
+  /** A process's calls sent from `from` until `to` are lost (a partition between it and the store). */
+  partitions: { process: number; from: number; to: number }[];
   /** A process crashes at `at`: its operations never return, its later calls never arrive. */
   crashes: { process: number; at: number }[];
   /** The store forgets everything at these times (an empty restart; the memory store has no restart fence). */
@@ -58,6 +63,8 @@ export interface Run {
   end?: number;
   threw?: boolean;
   value?: string;
+  /** When its signal aborted (the claim was lost), if it did. */
+  abortedAt?: number;
   /** When it was answered with an error: its key was given back (released) by then. */
   released?: number;
 }
@@ -128,7 +135,8 @@ function seeded(seed: number): () => number {
 /** Which request an event belongs to: the engine emits in the context of the call it reports on. */
 const requestContext = new AsyncLocalStorage<number>();
 const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
-const never = new Promise<never>(() => {});
+// A promise that never settles, made per call: one shared for ever would keep every reaction ever added to it.
+const never = (): Promise<never> => new Promise<never>(() => {});
 
 export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcome> {
   const { lockTtl, storeTimeout } = scenario;
@@ -175,7 +183,12 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
     const engine: IdempotencyEngine = createEngine({
       store: faultyStore(name, {
         store: () => store,
-        fault: (call) => faults.get(call) ?? OK,
+        fault: (call, process) => {
+          const cut = scenario.partitions.some(
+            (c) => processName(c.process) === process && c.from <= timeline.now && timeline.now < c.to,
+          );
+          return cut ? LOST : (faults.get(call) ?? OK);
+        },
         after: (ms, fn) => timeline.add(timeline.now + ms, fn, 'network'),
         schedule: (label) => s.schedule(Promise.resolve(), label),
         trace: log,
@@ -214,7 +227,7 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
   /** The operation spends `ms` of its process's time, after the scheduler lets it go on. */
   const work = async (p: (typeof processes)[number], ms: number, label: string) => {
     await s.schedule(Promise.resolve(), `${p.name} ${label}`);
-    if (out.crashedAt.has(p.name)) return never;
+    if (out.crashedAt.has(p.name)) return never();
     if (ms > 0) await new Promise<void>((resolve) => p.clock.setTimeout(resolve, ms));
   };
 
@@ -240,6 +253,10 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
                 const run: Run = { request: index, process: p.name, key: r.key, token, start: timeline.now };
                 out.runs.push(run);
                 log(p.name, `RUNS r${index}`);
+                claimed.signal.addEventListener('abort', () => {
+                  run.abortedAt = timeline.now;
+                  log(p.name, `r${index}'s signal aborts`);
+                });
                 try {
                   for (let i = 0; i < steps; i++) {
                     await claimed.step(`s${i}`, async () => {
@@ -282,6 +299,9 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
       'world',
     );
   });
+  for (const { process, from, to } of scenario.partitions) {
+    timeline.add(from, () => log(processName(process), `cut off from the store until ${to}`), 'world');
+  }
   for (const { process, at } of scenario.crashes) {
     timeline.add(at, () => crash(processName(process), 'now'), 'world');
   }
