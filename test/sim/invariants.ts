@@ -226,5 +226,19 @@ export function check(out: Outcome): Verdict {
         violations.push(`r${run.request}'s terminal event came at ${ends[0]!.at}, past ${limit}`);
     }
   }
+  // 6. A claim that lands after its caller gave up is given back. docs/architecture.md: the guarded
+  // store puts "a deadline in the store's clock on every claim", and "a claim that lands late given back".
+  for (const c of calls) {
+    if (c.op !== 'claim' || c.fault.kind !== 'ok' || c.fault.delay + c.fault.back < storeTimeout) continue;
+    if ((c.answer as { state?: string } | undefined)?.state !== 'acquired') continue;
+    const crashed = crashedAt.get(c.process);
+    if (crashed !== undefined && crashed <= c.sentAt + c.fault.delay + c.fault.back) continue;
+    if (runs.some((run) => run.token === c.token)) continue; // answered in time after all, by a retry of the claim
+    if (!calls.some((other) => other.op === 'release' && other.token === c.token && other.sentAt >= c.appliedAt!)) {
+      violations.push(
+        `claim #${c.call} (${c.process}) took k${[0, 1].find((k) => recordIdOf(k) === c.id)} after its caller gave up, and was never given back`,
+      );
+    }
+  }
   return { violations, causes };
 }
