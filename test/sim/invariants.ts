@@ -5,7 +5,7 @@
  */
 import { isIdempotencyErrorInstance } from '../../src/core/errors.js';
 import { confirmed } from './faulty-store.js';
-import { durationOf, type Outcome, type Run, recordIdOf, stepsOf } from './simulation.js';
+import { durationOf, type Outcome, processName, type Run, recordIdOf, stepsOf } from './world.js';
 
 export type Cause =
   | 'released'
@@ -120,7 +120,7 @@ export function check(out: Outcome): Verdict {
   // 'wait' mode: up to 3 claims and a subscription more), the operation and its step saves, the completion.
   for (const { request, at } of out.sent) {
     const r = scenario.requests[request]!;
-    const process = String.fromCharCode(65 + r.process);
+    const process = processName(r.process);
     const mine = out.answers.filter((a) => a.request === request);
     const ran = runs.some((run) => run.request === request);
     const steps = stepsOf(r.key);

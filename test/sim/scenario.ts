@@ -4,7 +4,7 @@
  */
 import fc from 'fast-check';
 import type { Fault } from './faulty-store.js';
-import type { Request, Scenario } from './simulation.js';
+import type { Request, Scenario } from './world.js';
 
 function faultArb(storeTimeout: number): fc.Arbitrary<Fault> {
   const delay = fc.integer({ min: 0, max: 2 * storeTimeout });

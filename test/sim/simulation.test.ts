@@ -12,7 +12,8 @@ import fc from 'fast-check';
 import { expect, it } from 'vitest';
 import { type Cause, check } from './invariants.js';
 import { scenarioArb } from './scenario.js';
-import { type Scenario, simulate } from './simulation.js';
+import { simulate } from './simulation.js';
+import type { Scenario } from './world.js';
 
 const runs = Number(process.env.SIM_RUNS ?? 20_000);
 const seed = process.env.SIM_SEED === undefined ? (Date.now() ^ (process.pid << 16)) | 0 : Number(process.env.SIM_SEED);
