@@ -16,7 +16,7 @@ export interface Attempt {
   /** The hashed id events carry; undefined when nobody listens. */
   readonly keyHash: string | undefined;
   /**
-   * When its last claim was sent (performance.now() time; set by the guarded store): the claim
+   * When its last claim was sent (the engine clock's `now()` time; set by the guarded store): the claim
    * lives lockTtl from when the store took it, which is no earlier.
    */
   claimSentAt: number;

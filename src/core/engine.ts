@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import { currentRun } from './claimed-run.js';
+import { type EngineClock, realClock } from './clock.js';
 import { jsonCodec, type OutcomeCodec } from './codec.js';
 import { IdempotencyError, inProgressError, isIdempotencyErrorInstance, storeFailureKind } from './errors.js';
 import { hashRecordId, type IdempotencyEvent } from './events.js';
@@ -14,6 +14,7 @@ import { runClaimed } from './run-claimed.js';
 import type { EngineRuntime } from './runtime.js';
 import { unprotectedRun } from './steps.js';
 import type { IdempotencyStore } from './store.js';
+import { timersOf } from './timing.js';
 import type { ExecuteInput, ExecuteResult, IdempotencyEngine, IdempotencyEngineOptions } from './types.js';
 import { claimOrWait } from './wait.js';
 
@@ -29,9 +30,18 @@ import { claimOrWait } from './wait.js';
  * 3. After a run, `classify.ts` decides to store the outcome or give the key
  *    back, and `settle.ts` does it, retrying a completion in the background.
  */
-export function createEngine(options: IdempotencyEngineOptions & { store: IdempotencyStore }): IdempotencyEngine {
+export function createEngine(
+  options: IdempotencyEngineOptions & {
+    store: IdempotencyStore;
+    /** Internal, for tests on virtual time (clock.ts); not a documented option. @default realClock */
+    clock?: EngineClock;
+  },
+): IdempotencyEngine {
   // initialized config
-  const { store, now, retryAfter, onEvent } = checkEngineOptions(options);
+  const { store, retryAfter, onEvent } = checkEngineOptions(options);
+  const clock = options.clock ?? realClock;
+  const now = options.now ?? clock.wallNow;
+  const timers = timersOf(clock);
   const storeName = store.name ?? 'custom';
   const defaults = resolvePolicy(options, {}, 'idempotency options');
   checkTransaction(defaults, store, 'idempotency options');
@@ -47,10 +57,12 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
     }
   }
   const runtime: EngineRuntime = {
-    store: guardStore(store, emit),
+    store: guardStore(store, emit, timers),
     emit,
     observed: onEvent !== undefined,
     now,
+    clock,
+    timers,
     retryAfter,
   };
   if (onEvent !== undefined) {
@@ -85,16 +97,16 @@ export function createEngine(options: IdempotencyEngineOptions & { store: Idempo
 
     // 1. Claim the key, or wait for its holder.
     // Durations are for events only: no clock reads when nobody listens.
-    const checkStart = onEvent === undefined ? 0 : performance.now();
+    const checkStart = onEvent === undefined ? 0 : clock.now();
     let claimed: Answer;
     try {
       claimed = await (isWaitMode(policy)
         ? claimOrWait(runtime, attempt, input.signal)
         : runtime.store.claim(attempt, false));
     } catch (error) {
-      return storeFailed(attempt, input, error, onEvent === undefined ? 0 : performance.now() - checkStart);
+      return storeFailed(attempt, input, error, onEvent === undefined ? 0 : clock.now() - checkStart);
     }
-    const durationMs = onEvent === undefined ? 0 : performance.now() - checkStart;
+    const durationMs = onEvent === undefined ? 0 : clock.now() - checkStart;
 
     // 2. Run it, replay it, or refuse.
     if (claimed.state === 'acquired') {

@@ -1,5 +1,5 @@
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
+import { realClock } from './clock.js';
 import { IdempotencyError, storeFailure } from './errors.js';
 import { describeError, type IdempotencyEvent } from './events.js';
 import type {
@@ -12,7 +12,7 @@ import type {
   StoreTransaction,
 } from './store.js';
 import { StoreClock } from './store-clock.js';
-import { withTimeout } from './timing.js';
+import { type ClockTimers, timersOf, withTimeout } from './timing.js';
 
 /** A claim's answer the engine acts on: a late one is retried or thrown here. */
 export type Answer = Exclude<ClaimResult, { state: 'late' }>;
@@ -72,9 +72,14 @@ function start<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEvent) => void): GuardedStore {
+export function guardStore(
+  store: IdempotencyStore,
+  emit: (event: IdempotencyEvent) => void,
+  timers: ClockTimers = timersOf(realClock),
+): GuardedStore {
+  const { clock, timeouts } = timers;
   // What the engine knows of the store's clock, to put deadlines on claims.
-  const clock = new StoreClock();
+  const storeClock = new StoreClock();
 
   function timeoutError(operation: Operation, timeout: number): Error {
     return storeFailure(
@@ -91,7 +96,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
       result: 'store_error',
       name: attempt.name,
       keyHash: attempt.keyHash,
-      durationMs: performance.now() - started,
+      durationMs: clock.now() - started,
       operation,
       error: describeError(error),
     });
@@ -105,11 +110,11 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
     options: CallOptions<T> = {},
   ): Promise<T> {
     const timeout = attempt.policy.storeTimeout;
-    const started = performance.now();
+    const started = clock.now();
     const pending = start(send);
     options.sent?.(pending);
     try {
-      return await withTimeout(pending, timeout, () => timeoutError(operation, timeout), started);
+      return await withTimeout(pending, timeout, () => timeoutError(operation, timeout), started, timeouts);
     } catch (error) {
       if (options.late !== undefined) pending.then(options.late, noop);
       if (options.quiet !== true) report(attempt, operation, error, started);
@@ -126,10 +131,10 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
   async function claim(attempt: Attempt, waiting: boolean, quiet = false): Promise<Answer> {
     const { id, token, policy } = attempt;
     for (let tries = 1; ; tries++) {
-      const sent = performance.now();
+      const sent = clock.now();
       attempt.claimSentAt = sent;
-      const sentAt = performance.timeOrigin + sent; // engineTime(), and the timeout's start
-      const deadline = clock.deadline(sentAt, policy.storeTimeout);
+      const sentAt = clock.timeOrigin + sent; // the engine's time (store-clock.ts), and the timeout's start
+      const deadline = storeClock.deadline(sentAt, policy.storeTimeout);
       const input = { id, fingerprint: attempt.fp, token, lockTtl: policy.lockTtl, waiting, deadline };
       const result = await guarded('claim', attempt, () => store.claim(input), {
         quiet,
@@ -140,7 +145,7 @@ export function guardStore(store: IdempotencyStore, emit: (event: IdempotencyEve
             start(() => store.release({ id, token })).catch(noop);
         },
       });
-      if (result.time !== undefined) clock.observe(sentAt, result.time);
+      if (result.time !== undefined) storeClock.observe(sentAt, result.time);
       if (result.state !== 'late') return result;
       // Answered in time, but the store's clock is ahead of what we knew of it:
       // this answer taught us by how much, so the claim is sent once more.

@@ -1,16 +1,11 @@
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import type { EngineRuntime } from './runtime.js';
-import { type Timed, type TimerQueue, timerQueues } from './timing.js';
+import type { Timed, TimerQueue } from './timing.js';
 
 type LostReason = 'fenced' | 'unconfirmed' | 'max_run_time';
 
 /** How often a claim of `lockTtl` is renewed: every third of it. */
 export const renewalPeriod = (lockTtl: number): number => Math.max(Math.floor(lockTtl / 3), 1);
-
-// Leases' queues apart from the store calls' timeouts (timing.ts's timerQueue): a lease is placed by
-// when its claim was sent, walking back over the entries added since, and only other leases are added so often.
-const leaseQueue = timerQueues();
 
 /**
  * Keeps a claim alive while its operation runs, so a slow but alive operation is never run twice.
@@ -34,12 +29,12 @@ export class Lease implements Timed {
   prev: Timed | undefined = undefined;
   next: Timed | undefined = undefined;
   queue: TimerQueue | undefined = undefined;
-  /** When the operation started (performance.now() time), for events' durations. */
+  /** When the operation started (the engine clock's `now()` time), for events' durations. */
   readonly started: number;
   // Created when first read: most operations never look at their signal.
   #controller: AbortController | undefined;
   #lostWith: Error | undefined;
-  /** When the last claim or renewal the store confirmed was sent (performance.now() time). */
+  /** When the last claim or renewal the store confirmed was sent (the engine clock's `now()` time). */
   #confirmedAt: number;
   /** Renewals sent: a failed one is sent again only if it is still the latest. */
   #sent = 0;
@@ -51,7 +46,7 @@ export class Lease implements Timed {
     private readonly runtime: EngineRuntime,
     private readonly attempt: Attempt,
   ) {
-    this.started = performance.now();
+    this.started = runtime.clock.now();
     this.#confirmedAt = attempt.claimSentAt;
     this.#wakeAt(attempt.claimSentAt + renewalPeriod(attempt.policy.lockTtl));
   }
@@ -92,7 +87,7 @@ export class Lease implements Timed {
   }
 
   /**
-   * Wakes at `at` (performance.now() time), or sooner if the claim may expire unconfirmed or
+   * Wakes at `at` (the engine clock's `now()` time), or sooner if the claim may expire unconfirmed or
    * maxRunTime passes before then, so the signal aborts on time.
    */
   #wakeAt(at: number): void {
@@ -101,13 +96,14 @@ export class Lease implements Timed {
     if (maxRunTime !== undefined) due = Math.min(due, this.started + maxRunTime);
     const period = renewalPeriod(lockTtl);
     this.queue?.remove(this);
-    leaseQueue(period).addSince(this, due - period);
+    // In the leases' own queues (timing.ts's ClockTimers), apart from the store calls' timeouts.
+    this.runtime.timers.leases(period).addSince(this, due - period);
   }
 
   #renew(): void {
     if (this.#stopped) return;
     const { lockTtl, maxRunTime } = this.attempt.policy;
-    const sentAt = performance.now();
+    const sentAt = this.runtime.clock.now();
     if (maxRunTime !== undefined && sentAt - this.started >= maxRunTime) {
       this.#lose('max_run_time');
       return;
@@ -137,16 +133,16 @@ export class Lease implements Timed {
     if (this.#stopped || n !== this.#sent) return; // a newer renewal is on its way: its answer decides
     const { lockTtl, storeTimeout } = this.attempt.policy;
     const at = sentAt + Math.min(storeTimeout, renewalPeriod(lockTtl));
-    if (at <= performance.now()) this.#renew();
+    if (at <= this.runtime.clock.now()) this.#renew();
     else this.#wakeAt(at);
   }
 
   async #extend(quiet: boolean): Promise<boolean> {
-    const { store, emit, observed } = this.runtime;
+    const { store, emit, observed, clock } = this.runtime;
     const { name, keyHash } = this.attempt;
-    const renewStart = observed ? performance.now() : 0;
+    const renewStart = observed ? clock.now() : 0;
     const held = await store.extend(this.attempt, quiet);
-    if (held && observed) emit({ result: 'renewed', name, keyHash, durationMs: performance.now() - renewStart });
+    if (held && observed) emit({ result: 'renewed', name, keyHash, durationMs: clock.now() - renewStart });
     return held;
   }
 
@@ -164,6 +160,12 @@ export class Lease implements Timed {
 
   #report(reason: LostReason): void {
     const { name, keyHash } = this.attempt;
-    this.runtime.emit({ result: 'lease_lost', name, keyHash, durationMs: performance.now() - this.started, reason });
+    this.runtime.emit({
+      result: 'lease_lost',
+      name,
+      keyHash,
+      durationMs: this.runtime.clock.now() - this.started,
+      reason,
+    });
   }
 }

@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import { ClaimedRun, runAsCurrent } from './claimed-run.js';
 import { classify, type Settlement } from './classify.js';
@@ -39,7 +38,7 @@ export async function runClaimed<T>(
         // Its steps are deleted with an outcome stored after a rollback too (a 4xx it threw).
         running: (c) => (claimed = c),
       });
-      emit({ result: 'completed', name, keyHash, durationMs: performance.now() - lease.started, state: 'completed' });
+      emit({ result: 'completed', name, keyHash, durationMs: runtime.clock.now() - lease.started, state: 'completed' });
       return { ok: true, value, replayed: false };
     }
     claimed = new ClaimedRun(runtime, attempt, lease, undefined, recorded);

@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import type { Settlement } from './classify.js';
 import { describeError } from './events.js';
@@ -25,9 +24,9 @@ export async function settle(
   run: RunReport,
   clearSteps = false,
 ): Promise<void> {
-  const { store, emit } = runtime;
+  const { store, emit, clock } = runtime;
   const { id, fp, token, policy, name, keyHash } = attempt;
-  const settleStart = runtime.observed ? performance.now() : 0; // for events only
+  const settleStart = runtime.observed ? clock.now() : 0; // for events only
   if (settlement.kind === 'fenced') return; // nothing to release: the claim is someone else's
   if (settlement.kind === 'release') {
     const released = await store.release(attempt).catch(() => undefined);
@@ -36,7 +35,7 @@ export async function settle(
         result: 'released',
         name,
         keyHash,
-        durationMs: performance.now() - settleStart,
+        durationMs: clock.now() - settleStart,
         reason: settlement.reason,
       });
     } else if (released === false) {
@@ -76,7 +75,7 @@ function reportCompleted(
     result: 'completed',
     name: attempt.name,
     keyHash: attempt.keyHash,
-    durationMs: performance.now() - run.started,
+    durationMs: runtime.clock.now() - run.started,
     state,
     ...(why === undefined ? {} : { reason: why }),
   });
@@ -111,7 +110,8 @@ async function completeLater(
 ): Promise<void> {
   const { input, state, reason, run } = opts;
   const { policy, name, keyHash } = attempt;
-  const deadline = performance.now() + policy.lockTtl;
+  const { clock } = runtime;
+  const deadline = clock.now() + policy.lockTtl;
   const onTheirWay = new Set<Promise<CompleteResult>>();
   let ended = false;
   let stored = false;
@@ -135,9 +135,9 @@ async function completeLater(
   if (opts.first !== undefined) track(opts.first);
   let lastError: unknown;
   for (let delay = 100; !ended; delay = Math.min(delay * 2, 2_000)) {
-    const remaining = deadline - performance.now();
+    const remaining = deadline - clock.now();
     if (remaining <= 0) break;
-    await new Promise<void>((resolve) => setTimeout(resolve, Math.min(delay, remaining)).unref());
+    await new Promise<void>((resolve) => clock.setTimeout(resolve, Math.min(delay, remaining)));
     if (ended) return;
     try {
       // An attempt given up on may still land: its answer counts then.
@@ -158,17 +158,16 @@ async function completeLater(
     return;
   }
   // No attempt confirmed: wait, until a lockTtl after the retries' deadline, for those still on their way.
-  const wait = deadline + policy.lockTtl - performance.now();
+  const wait = deadline + policy.lockTtl - clock.now();
   if (onTheirWay.size > 0 && wait > 0) {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: unknown;
     await Promise.race([
       Promise.allSettled([...onTheirWay]),
       new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, wait);
-        timer.unref();
+        timer = clock.setTimeout(resolve, wait);
       }),
     ]);
-    clearTimeout(timer);
+    clock.clearTimeout(timer);
   }
   if (ended) return;
   ended = true;

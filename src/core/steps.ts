@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks';
 import type { Attempt } from './attempt.js';
 import { IdempotencyError, inProgressError, retryable } from './errors.js';
 import { describeValue } from './options.js';
@@ -38,7 +37,7 @@ export interface IdempotencySteps {
 }
 
 /**
- * The `step` event of a step that finished, timed from `started` (performance.now() time; a resumed
+ * The `step` event of a step that finished, timed from `started` (the engine clock's `now()` time; a resumed
  * step took none). Neither the clock nor the event is touched when nobody listens.
  */
 function reportStep(
@@ -53,7 +52,7 @@ function reportStep(
     result: 'step',
     name: attempt.name,
     keyHash: attempt.keyHash,
-    durationMs: started === undefined ? 0 : performance.now() - started,
+    durationMs: started === undefined ? 0 : runtime.clock.now() - started,
     step,
     reason,
   });
@@ -115,7 +114,7 @@ export class StepLog {
     }
     if (this.lease.wasLost()) throw this.#lost(name);
     this.#running = name;
-    const started = runtime.observed ? performance.now() : 0;
+    const started = runtime.observed ? runtime.clock.now() : 0;
     let value: T;
     try {
       value = await fn({ key: deriveStepKey(attempt.id, name) });
@@ -241,7 +240,7 @@ export function unprotectedRun(
     stepKey,
     async step(name, fn) {
       const key = stepKey(name);
-      const started = runtime.observed ? performance.now() : 0;
+      const started = runtime.observed ? runtime.clock.now() : 0;
       const value = await fn({ key });
       reportStep(runtime, attempt, name, 'unprotected', started);
       return value;

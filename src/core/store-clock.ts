@@ -1,5 +1,3 @@
-import { performance } from 'node:perf_hooks';
-
 /**
  * The store's clock, as seen from the engine: how to write "the engine gives
  * up on this claim at T" in the store's own time, so that a claim the store
@@ -7,7 +5,7 @@ import { performance } from 'node:perf_hooks';
  * through an outage) changes nothing.
  *
  * Each claim answer carries the store's time. For a call sent at `sentAt`
- * (the engine's clock) and handled at `storeTime` (the store's), the store's
+ * (the engine's time: its clock's `timeOrigin + now()`, monotonic, never the `now` option) and handled at `storeTime` (the store's), the store's
  * lead over the engine is at most `storeTime - sentAt`: the call cannot be
  * handled before it was sent. The largest such bound over a recent window is
  * kept, so a deadline computed from it is never earlier, in real time, than
@@ -20,11 +18,6 @@ import { performance } from 'node:perf_hooks';
 const WINDOW_MS = 60_000;
 /** Store clocks answer in whole milliseconds: their time may be up to 1 ms behind. */
 const RESOLUTION_MS = 1;
-
-/** The engine's clock for this purpose: real, monotonic time (never the injectable `now`). */
-export function engineTime(): number {
-  return performance.timeOrigin + performance.now();
-}
 
 export class StoreClock {
   #current = Number.NEGATIVE_INFINITY;

@@ -1,6 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
-// Imported: in Node 20 the global `performance` is an accessor.
-import { performance } from 'node:perf_hooks';
+import { type EngineClock, realClock } from './clock.js';
 
 /**
  * The async context the shared timers are armed in: this module's, not that of whichever request
@@ -11,16 +10,14 @@ import { performance } from 'node:perf_hooks';
  * So renewals run in no request's context.
  */
 const detached = new AsyncResource('trpc-idempotency.TimerQueue');
-/** An unref'd Node.js timer armed in no request's context (see `detached`). */
-export function detachedTimeout(fn: () => void, ms: number): NodeJS.Timeout {
-  const timer: NodeJS.Timeout = detached.runInAsyncScope(setTimeout, undefined, fn, ms);
-  timer.unref();
-  return timer;
+/** An unref'd timer of `clock` armed in no request's context (see `detached`). */
+export function detachedTimeout(fn: () => void, ms: number, clock: EngineClock = realClock): unknown {
+  return detached.runInAsyncScope(clock.setTimeout, clock, fn, ms);
 }
 
 /** Something a {@link TimerQueue} calls back once its delay has passed; its list links are its own fields. */
 export interface Timed {
-  /** When it is due (performance.now() time); set by {@link TimerQueue.add}. */
+  /** When it is due (the clock's `now()` time); set by {@link TimerQueue.add}. */
   due: number;
   prev: Timed | undefined;
   next: Timed | undefined;
@@ -39,7 +36,7 @@ export interface Timed {
 export class TimerQueue {
   #head: Timed | undefined;
   #tail: Timed | undefined;
-  #timer: NodeJS.Timeout | undefined;
+  #timer: unknown;
   /** The due time the armed timer was set for: entries due by then fire when it does. */
   #armedFor = 0;
   /** Entries due by then fire in the armed timer's turn of the event loop. */
@@ -47,9 +44,12 @@ export class TimerQueue {
   /** The armed timer fired, and its entries fire after setImmediate. */
   #firing = false;
 
-  constructor(readonly ms: number) {}
+  constructor(
+    readonly ms: number,
+    readonly clock: EngineClock = realClock,
+  ) {}
 
-  /** Queues `entry` to fire `ms` after `now` (performance.now() time, read by the caller once for all its uses). */
+  /** Queues `entry` to fire `ms` after `now` (the clock's `now()` time, read by the caller once for all its uses). */
   add(entry: Timed, now: number): void {
     entry.due = now + this.ms;
     entry.queue = this;
@@ -82,9 +82,9 @@ export class TimerQueue {
     if (this.#timer !== undefined) {
       // Firing now: the pass re-arms for the head when it ends.
       if (prev !== undefined || due >= this.#armedFor || this.#firing) return;
-      clearTimeout(this.#timer); // armed for a later entry: this one is due first
+      this.clock.clearTimeout(this.#timer); // armed for a later entry: this one is due first
     }
-    this.#arm(due, Math.max(Math.ceil(due - performance.now()), 1));
+    this.#arm(due, Math.max(Math.ceil(due - this.clock.now()), 1));
   }
 
   /** Unlinks `entry` if it is still waiting here. The timer stays armed: it fires once and finds nothing due. */
@@ -101,16 +101,16 @@ export class TimerQueue {
 
   #arm(due: number, ms: number): void {
     this.#armedFor = due;
-    this.#timer = detachedTimeout(this.#run, ms);
+    this.#timer = detachedTimeout(this.#run, ms, this.clock);
   }
 
   // Entries due by now fire, and at least those due by the armed time (as their own Node.js timers would:
-  // the loop's clock may trail performance.now()). They fire after setImmediate: timers run before the I/O
+  // the loop's clock may trail the monotonic clock). They fire after setImmediate: timers run before the I/O
   // poll, so after a busy loop a store answer that arrived in time would still sit unread and time out.
   #run = (): void => {
-    this.#limit = Math.max(performance.now(), this.#armedFor);
+    this.#limit = Math.max(this.clock.now(), this.#armedFor);
     this.#firing = true;
-    setImmediate(this.#fireDue);
+    this.clock.setImmediate(this.#fireDue);
   };
 
   // Entries added by the callbacks (a renewal re-queued) wait for the timer armed at the end: one at a time.
@@ -124,23 +124,47 @@ export class TimerQueue {
       this.#firing = false;
       this.#timer = undefined;
       const head = this.#head;
-      if (head !== undefined) this.#arm(head.due, Math.max(Math.ceil(head.due - performance.now()), 1));
+      if (head !== undefined) this.#arm(head.due, Math.max(Math.ceil(head.due - this.clock.now()), 1));
     }
   };
 }
 
-/** A set of queues, one per delay: `(ms) => the queue of that delay`. */
-export function timerQueues(): (ms: number) => TimerQueue {
+/** A set of queues on one clock, one per delay: `(ms) => the queue of that delay`. */
+export function timerQueues(clock: EngineClock = realClock): (ms: number) => TimerQueue {
   const queues = new Map<number, TimerQueue>();
   return (ms) => {
     let queue = queues.get(ms);
-    if (queue === undefined) queues.set(ms, (queue = new TimerQueue(ms)));
+    if (queue === undefined) queues.set(ms, (queue = new TimerQueue(ms, clock)));
     return queue;
   };
 }
 
-/** The process's queue for one delay, in ms: store calls' timeouts. */
-export const timerQueue: (ms: number) => TimerQueue = timerQueues();
+/** The timers of one clock: its store calls' timeouts, and its leases' renewals in queues of their own. */
+export interface ClockTimers {
+  readonly clock: EngineClock;
+  /** Store calls' timeouts. */
+  readonly timeouts: (ms: number) => TimerQueue;
+  /**
+   * Leases' renewals, apart from the store calls' timeouts: a lease is placed by when its claim was
+   * sent, walking back over the entries added since, and only other leases are added so often.
+   */
+  readonly leases: (ms: number) => TimerQueue;
+}
+
+const timersOfClock = new WeakMap<EngineClock, ClockTimers>();
+
+/** The timers of `clock`, shared by every engine on it (the process's, on the real clock). */
+export function timersOf(clock: EngineClock): ClockTimers {
+  let timers = timersOfClock.get(clock);
+  if (timers === undefined) {
+    timers = { clock, timeouts: timerQueues(clock), leases: timerQueues(clock) };
+    timersOfClock.set(clock, timers);
+  }
+  return timers;
+}
+
+/** The process's queue for one delay, in ms: store calls' timeouts on the real clock. */
+export const timerQueue: (ms: number) => TimerQueue = timersOf(realClock).timeouts;
 
 /** A store call's timeout: rejects the call's promise with `onTimeout()` when it fires. */
 class Timeout implements Timed {
@@ -157,16 +181,20 @@ class Timeout implements Timed {
   }
 }
 
-/** Rejects with `onTimeout()` if `promise` has not settled within `ms` (from `now`, performance.now() time). */
+/**
+ * Rejects with `onTimeout()` if `promise` has not settled within `ms` (from `now`, the time of the
+ * clock behind `queues`).
+ */
 export function withTimeout<T>(
   promise: Promise<T>,
   ms: number,
   onTimeout: () => Error,
-  now = performance.now(),
+  now = realClock.now(),
+  queues: (ms: number) => TimerQueue = timerQueue,
 ): Promise<T> {
   // It runs on every store call: one promise, rather than a second promise, Promise.race and a finally step.
   return new Promise<T>((resolve, reject) => {
-    const queue = timerQueue(ms);
+    const queue = queues(ms);
     const timeout = new Timeout(reject, onTimeout);
     queue.add(timeout, now);
     promise.then(
@@ -186,13 +214,16 @@ export function withTimeout<T>(
  * Sleeps `ms`, or less if `wake` is called or `signal` aborts. Returns the
  * function that wakes it early.
  */
-export function interruptibleSleep(ms: number, signal?: AbortSignal): { promise: Promise<void>; wake: () => void } {
+export function interruptibleSleep(
+  ms: number,
+  signal?: AbortSignal,
+  clock: EngineClock = realClock,
+): { promise: Promise<void>; wake: () => void } {
   let wake!: () => void;
   const promise = new Promise<void>((resolve) => {
-    const timer = setTimeout(done, ms);
-    timer.unref();
+    const timer = clock.setTimeout(done, ms);
     function done() {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       signal?.removeEventListener('abort', done);
       resolve();
     }

@@ -34,7 +34,7 @@ export async function claimOrWait(
   attempt: Attempt,
   signal: AbortSignal | undefined,
 ): Promise<Answer> {
-  const { store, now } = runtime;
+  const { store, now, clock } = runtime;
   const { fp, policy } = attempt;
   let result = await store.claim(attempt, true);
   if (result.state !== 'in_progress' || result.fingerprint !== fp) return result;
@@ -97,7 +97,7 @@ export async function claimOrWait(
       let due = Math.min(deadline, polling ? nextPoll() : nextExpiryCheck(checked, result.expiresIn ?? policy.lockTtl));
       for (;;) {
         interrupted = false;
-        const sleep = interruptibleSleep(Math.max(due - now(), 0), signal);
+        const sleep = interruptibleSleep(Math.max(due - now(), 0), signal, clock);
         wake = sleep.wake;
         await sleep.promise;
         wake = undefined;

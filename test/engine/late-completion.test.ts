@@ -5,10 +5,16 @@
  * that lands later than that is reported when it lands.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
-import { elapse, type Fate, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
-
-vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
+import { type IdempotencyEvent, memoryStore } from '../../src/index.js';
+import {
+  elapse,
+  type Fate,
+  networkStore,
+  useRealTime,
+  useVirtualTime,
+  virtualEngine,
+  virtualNow,
+} from '../helpers/virtual-time.js';
 
 beforeEach(useVirtualTime);
 afterEach(useRealTime);
@@ -32,7 +38,7 @@ const terminal = (events: (IdempotencyEvent & { at: number })[]) =>
 function instanceA(memory: ReturnType<typeof memoryStore>, complete: (n: number) => Fate) {
   const a = networkStore(memory, { complete });
   const events: (IdempotencyEvent & { at: number })[] = [];
-  const engine = createIdempotencyEngine({
+  const engine = virtualEngine({
     store: a.store,
     lockTtl,
     storeTimeout,
@@ -65,7 +71,7 @@ describe('a completion the store does not confirm', () => {
     const memory = memoryStore();
     // the first two attempts are lost; the later ones arrive, and find B's claim
     const a = instanceA(memory, (n) => (n <= 2 ? { lost: true } : {}));
-    const engineB = createIdempotencyEngine({ store: memory, lockTtl, storeTimeout });
+    const engineB = virtualEngine({ store: memory, lockTtl, storeTimeout });
     const runs = a.runs;
     // B, a retry on another instance, the moment A's claim (taken at 0, never renewed) expires
     await vi.advanceTimersByTimeAsync(lockTtl);
@@ -101,7 +107,7 @@ describe('a completion the store does not confirm', () => {
     const a = instanceA(memory, (n) => (n === 1 ? { delay: 700 } : n === 2 ? { lost: true } : {}));
     await vi.advanceTimersByTimeAsync(lockTtl);
     // B takes the expired claim at 300, fails at 600: its key is given back
-    const engineB = createIdempotencyEngine({ store: memory, lockTtl, storeTimeout });
+    const engineB = virtualEngine({ store: memory, lockTtl, storeTimeout });
     const b = engineB
       .run(input, async () => {
         a.runs.push('B');

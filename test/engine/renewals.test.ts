@@ -8,10 +8,15 @@
  * one lost renewal at every storeTimeout the options allow.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
-import { elapse, networkStore, useRealTime, useVirtualTime, virtualNow } from '../helpers/virtual-time.js';
-
-vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
+import { type IdempotencyEvent, memoryStore } from '../../src/index.js';
+import {
+  elapse,
+  networkStore,
+  useRealTime,
+  useVirtualTime,
+  virtualEngine,
+  virtualNow,
+} from '../helpers/virtual-time.js';
 
 beforeEach(useVirtualTime);
 afterEach(useRealTime);
@@ -36,7 +41,7 @@ async function race({ lockTtl, storeTimeout, lost, delay = 0, duration = 2 * loc
   const input = { key: 'pay-1', name: 'pay', payload: { amount: 1000 } };
   const options = { lockTtl, storeTimeout, ttl: 60_000 };
   const runs: string[] = [];
-  const engineB = createIdempotencyEngine({ ...options, store: memory });
+  const engineB = virtualEngine({ ...options, store: memory });
   const retries: Promise<unknown>[] = [];
   const start = virtualNow(); // times below are from here
   let takenAt: number | undefined;
@@ -56,7 +61,7 @@ async function race({ lockTtl, storeTimeout, lost, delay = 0, duration = 2 * loc
     () => setTimeout(retryB, lockTtl),
   );
   const events: IdempotencyEvent[] = [];
-  const engineA = createIdempotencyEngine({ ...options, store: a.store, onEvent: (e) => events.push(e) });
+  const engineA = virtualEngine({ ...options, store: a.store, onEvent: (e) => events.push(e) });
   let abortedAt: number | undefined;
   const first = engineA.run(input, async ({ signal }) => {
     runs.push('A');
@@ -139,7 +144,7 @@ describe('a claim whose renewals are lost', () => {
   it('aborts the operation when maxRunTime passes, not at the next renewal', async () => {
     const memory = memoryStore();
     const events: IdempotencyEvent[] = [];
-    const engine = createIdempotencyEngine({
+    const engine = virtualEngine({
       store: memory,
       lockTtl: 300,
       maxRunTime: 150,
@@ -170,7 +175,7 @@ describe('a claim whose renewals are lost', () => {
     const memory = memoryStore();
     const a = networkStore(memory, { extend: (n) => (n <= 4 ? { error: new Error('ECONNRESET') } : {}) });
     const events: IdempotencyEvent[] = [];
-    const engine = createIdempotencyEngine({
+    const engine = virtualEngine({
       store: a.store,
       lockTtl: 300,
       storeTimeout: 40,

@@ -1,14 +1,15 @@
 /**
- * Virtual time for engine tests: every timer, `Date.now` and `performance.now` on one fake clock
- * that the test advances, and a store whose calls can be delayed or lost on that clock. A test file
- * that uses it also routes `node:perf_hooks` to the global (faked) `performance`, with
- *
- *   vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
- *
- * since the engine imports `performance` from there and the fake clock replaces only the global.
+ * Virtual time for engine tests: every timer and clock the engine reads on one fake clock that the
+ * test advances, and a store whose calls can be delayed or lost on that clock. vitest's fake timers
+ * drive the time; the engine reaches them through its injectable clock (src/core/clock.ts): build it
+ * with {@link virtualEngine}, which passes {@link virtualClock}.
  */
 import { vi } from 'vitest';
-import type { IdempotencyStore } from '../../src/index.js';
+import type { EngineClock } from '../../src/core/clock.js';
+import { createEngine } from '../../src/core/engine.js';
+import type { IdempotencyEngine, IdempotencyEngineOptions, IdempotencyStore } from '../../src/index.js';
+
+let current: EngineClock | undefined;
 
 /**
  * Starts the fake clock at 0. Undo with {@link useRealTime}. `setImmediate` stays real: the fake one
@@ -20,16 +21,37 @@ export function useVirtualTime(): void {
     toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'],
     now: 0,
   });
+  current = virtualClock();
 }
 
 /**
- * Runs the timers still pending (a store timeout's, a renewal's), then goes back to real time: the
- * engine's timer queues are the process's, and one left armed on the fake clock would never fire.
- * A repeating timer (a memory store's sweep: close the store) is given up on after 100 rounds.
+ * The engine's clock on vitest's fake timers (read at each call, so it follows them). A new object
+ * per test: the engine's timer queues are per clock, so none is left armed on a clock gone real.
+ */
+export function virtualClock(): EngineClock {
+  return {
+    now: () => globalThis.performance.now(),
+    timeOrigin: 0,
+    wallNow: () => Date.now(),
+    setTimeout: (fn, ms) => setTimeout(fn, ms),
+    clearTimeout: (timer) => clearTimeout(timer as ReturnType<typeof setTimeout>),
+    setImmediate: (fn) => setImmediate(fn),
+  };
+}
+
+/** An engine on the virtual clock of this test (createIdempotencyEngine's options, a store required). */
+export function virtualEngine(options: IdempotencyEngineOptions & { store: IdempotencyStore }): IdempotencyEngine {
+  if (current === undefined) throw new Error('virtualEngine: call useVirtualTime() first');
+  return createEngine({ ...options, clock: current });
+}
+
+/** Runs the timers still pending (a store timeout's, a renewal's), then goes back to real time. A
+ * repeating timer (a memory store's sweep: close the store) is given up on after 100 rounds.
  */
 export async function useRealTime(): Promise<void> {
   for (let round = 0; round < 100 && vi.getTimerCount() > 0; round++) await vi.runOnlyPendingTimersAsync();
   vi.useRealTimers();
+  current = undefined;
 }
 
 /** The virtual time, in ms since {@link useVirtualTime}. */

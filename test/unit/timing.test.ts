@@ -4,11 +4,8 @@
  * removed, and entries re-queued by a callback wait for their own turn.
  */
 import { describe, expect, it, vi } from 'vitest';
-import { type Timed, TimerQueue, withTimeout } from '../../src/core/timing.js';
-import { useRealTime, useVirtualTime } from '../helpers/virtual-time.js';
-
-// performance.now() as the fake clock sets it, while a test uses virtual time (the real one otherwise)
-vi.mock('node:perf_hooks', () => import('../helpers/virtual-perf-hooks.js'));
+import { type Timed, TimerQueue, timerQueues, withTimeout } from '../../src/core/timing.js';
+import { useRealTime, useVirtualTime, virtualClock } from '../helpers/virtual-time.js';
 
 function entry(name: string, log: { name: string; at: number }[], onFire?: () => void): Timed {
   return {
@@ -27,7 +24,7 @@ describe('TimerQueue', () => {
   it('fires each entry no earlier than its delay, in the order added, and never a removed one', async () => {
     useVirtualTime();
     try {
-      const queue = new TimerQueue(40);
+      const queue = new TimerQueue(40, virtualClock());
       const log: { name: string; at: number }[] = [];
       for (const name of ['a', 'b', 'c', 'd']) {
         const e = entry(name, log);
@@ -54,7 +51,7 @@ describe('TimerQueue', () => {
   it('re-arms for entries queued by a callback, one delay later', async () => {
     useVirtualTime();
     try {
-      const queue = new TimerQueue(30);
+      const queue = new TimerQueue(30, virtualClock());
       const log: { name: string; at: number }[] = [];
       let left = 3;
       const renewing: Timed = entry('renew', log, () => {
@@ -72,7 +69,7 @@ describe('TimerQueue', () => {
   it('an entry added since a time already past is placed by its due time, and re-arms the timer when it is due first', async () => {
     useVirtualTime();
     try {
-      const queue = new TimerQueue(100);
+      const queue = new TimerQueue(100, virtualClock());
       const log: { name: string; at: number }[] = [];
       queue.add(entry('a', log), 0); // due at 100
       await vi.advanceTimersByTimeAsync(50);
@@ -90,12 +87,11 @@ describe('TimerQueue', () => {
   });
 
   it('withTimeout settles with the promise, or rejects once the delay passed', async () => {
-    // First: the process's queue of a delay keeps its timer armed until it fires (a settled call leaves
-    // it armed), and one armed on the real clock would serve this call's timeout.
     useVirtualTime();
     try {
+      const clock = virtualClock();
       let settled: unknown;
-      withTimeout(new Promise(() => {}), 30, () => new Error('late')).catch(
+      withTimeout(new Promise(() => {}), 30, () => new Error('late'), clock.now(), timerQueues(clock)).catch(
         (error: Error) => (settled = error.message),
       );
       await vi.advanceTimersByTimeAsync(29);
