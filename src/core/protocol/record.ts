@@ -105,7 +105,11 @@ export function claimVerdict(
   return found === undefined ? 'take' : 'retake';
 }
 
-/** The claim a `take` or `retake` writes: a retake keeps the claim's time and its fields, and renews its lease. */
+/**
+ * The claim a `take` or `retake` writes, with `meta` for a taken one: a retake
+ * keeps the claim's time and its fields (its own token, so its fingerprint),
+ * and renews its lease.
+ */
 export function claimed<M>(
   rec: StoredRecord<M> | undefined,
   input: Pick<ClaimInput, 'fingerprint' | 'token' | 'lockTtl'>,
