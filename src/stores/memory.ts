@@ -1,14 +1,17 @@
 import { scopeOfRecordId } from '../core/key.js';
 import { checkFunction, checkTimerMs, checkWholeNumber } from '../core/options.js';
 import {
-  claimAnswer,
+  acquiredAnswer,
   claimed,
   claimVerdict,
   clearsSteps,
   completed,
   completeVerdict,
   expired,
+  finishedAnswer,
+  heldAnswer,
   holds,
+  lateAnswer,
   renewed,
   type StoredRecord,
   saveStepVerdict,
@@ -248,6 +251,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const time = now();
       const rec = live(id, time);
       const verdict = claimVerdict(rec, input, time);
+      if (verdict === 'finished') return finishedAnswer(rec!, input);
+      if (verdict === 'held') return heldAnswer(rec!, input, time);
+      if (verdict === 'late') return lateAnswer(time);
       if (verdict === 'take') {
         // The steps a released or expired claim left are held by this claim now: the room it makes never takes them.
         const left = stepsOf.size > 0 ? stepsOf.get(id) : undefined;
@@ -265,15 +271,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         records.set(id, taken);
         shares.account(scope, 1, size);
         expiring(taken.expiresAt);
-      } else if (verdict === 'retake') {
+      } else {
         // This token's own live claim sent again: the same fields, so the same bytes.
         const taken = claimed(rec, input, time, rec!.meta);
         records.set(id, taken);
         expiring(taken.expiresAt);
-      } else {
-        return claimAnswer(verdict, rec, undefined, input, time);
       }
-      return claimAnswer(verdict, rec, stepsOf.size > 0 ? stepsOf.get(id) : undefined, input, time);
+      return acquiredAnswer(stepsOf.size > 0 ? stepsOf.get(id) : undefined, time);
     },
 
     async complete(input: CompleteInput): Promise<CompleteResult> {

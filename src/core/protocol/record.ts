@@ -131,28 +131,27 @@ export function claimed<M>(
     : { ...rec, expiresAt, lockTtl: input.lockTtl };
 }
 
-/**
- * A claim's answer. `held`: the holder's fingerprint, and how long its claim
- * lives to a caller that waits; `finished`: the outcome, its body only for the
- * same fingerprint; `take` and `retake`: the steps recorded under the id (copied).
- */
-export function claimAnswer(
-  verdict: ClaimVerdict,
-  rec: StoredRecord<unknown> | undefined,
-  steps: StoredSteps | undefined,
-  input: Pick<ClaimInput, 'fingerprint' | 'waiting'>,
-  now: number,
-): ClaimResult {
-  if (verdict === 'held') {
-    return input.waiting === true
-      ? { state: 'in_progress', fingerprint: rec!.fingerprint, expiresIn: rec!.expiresAt - now }
-      : { state: 'in_progress', fingerprint: rec!.fingerprint };
-  }
-  if (verdict === 'finished') {
-    const { state, fingerprint, body } = rec as StoredRecord<unknown> & { state: 'completed' | 'failed' };
-    return fingerprint === input.fingerprint ? { state, fingerprint, body } : { state, fingerprint };
-  }
-  if (verdict === 'late') return { state: 'late', time: now };
+// A claim's answer, one function per verdict (a store calls the one its verdict names, which keeps
+// each small enough to cost nothing once inlined).
+
+/** `held`: the holder's fingerprint and, to a caller that waits, how long its claim lives. */
+export function heldAnswer(rec: StoredRecord<unknown>, input: Pick<ClaimInput, 'waiting'>, now: number): ClaimResult {
+  return input.waiting === true
+    ? { state: 'in_progress', fingerprint: rec.fingerprint, expiresIn: rec.expiresAt - now }
+    : { state: 'in_progress', fingerprint: rec.fingerprint };
+}
+
+/** `finished`: the outcome, its body only for the same fingerprint (the engine refuses another payload). */
+export function finishedAnswer(rec: StoredRecord<unknown>, input: Pick<ClaimInput, 'fingerprint'>): ClaimResult {
+  const { state, fingerprint, body } = rec as StoredRecord<unknown> & { state: 'completed' | 'failed' };
+  return fingerprint === input.fingerprint ? { state, fingerprint, body } : { state, fingerprint };
+}
+
+/** `late`: the store's clock, which the engine learns from. */
+export const lateAnswer = (now: number): ClaimResult => ({ state: 'late', time: now });
+
+/** `take` and `retake`: the store's clock, and the live steps recorded under the id (copied). */
+export function acquiredAnswer(steps: StoredSteps | undefined, now: number): ClaimResult {
   const resumed = live(steps, now);
   return resumed === undefined
     ? { state: 'acquired', time: now }
@@ -166,9 +165,10 @@ export function claimAnswer(
 export function claim(kept: Kept | undefined, input: ClaimInput, now: number): Transition<ClaimResult> {
   const rec = kept?.record;
   const verdict = claimVerdict(rec, input, now);
-  const answer = claimAnswer(verdict, rec, kept?.steps, input, now);
-  if (verdict !== 'take' && verdict !== 'retake') return [kept, answer];
-  return [{ ...kept, record: claimed(live(rec, now), input, now, undefined) }, answer];
+  if (verdict === 'held') return [kept, heldAnswer(rec!, input, now)];
+  if (verdict === 'finished') return [kept, finishedAnswer(rec!, input)];
+  if (verdict === 'late') return [kept, lateAnswer(now)];
+  return [{ ...kept, record: claimed(live(rec, now), input, now, undefined) }, acquiredAnswer(kept?.steps, now)];
 }
 
 // --- complete ---------------------------------------------------------------------------------
