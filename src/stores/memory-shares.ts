@@ -15,13 +15,8 @@
  * can make another caller's retry run again.
  */
 
-/** What a scope holds and no claim holds: a finished record, or the steps a released claim left. */
-export interface Evictable {
-  readonly bytes: number;
-}
-
 /** What one scope holds, and its place in the heap of scopes that hold anything. */
-export interface ScopeUsage<E extends Evictable = Evictable> {
+export interface ScopeUsage<E extends object = object> {
   /** The scope part of its ids (`scopeOfRecordId`). */
   readonly name: string;
   entries: number;
@@ -39,7 +34,7 @@ export interface ScopeUsage<E extends Evictable = Evictable> {
   at: number;
 }
 
-export class ScopeShares<E extends Evictable> {
+export class ScopeShares<E extends object> {
   /** Entries and bytes of every scope together. */
   entries = 0;
   bytes = 0;

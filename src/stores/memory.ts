@@ -1,5 +1,22 @@
 import { scopeOfRecordId } from '../core/key.js';
 import { checkFunction, checkTimerMs, checkWholeNumber } from '../core/options.js';
+import {
+  acquiredAnswer,
+  claimed,
+  claimVerdict,
+  clearsSteps,
+  completed,
+  completeVerdict,
+  expired,
+  finishedAnswer,
+  heldAnswer,
+  holds,
+  lateAnswer,
+  renewed,
+  type StoredRecord,
+  saveStepVerdict,
+  until,
+} from '../core/protocol/record.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -14,7 +31,7 @@ import type {
 } from '../core/store.js';
 import type { StoreAdmin } from '../core/store-admin.js';
 import { KeyedListeners } from './listeners.js';
-import { type AdminView, memoryAdmin } from './memory-admin.js';
+import { memoryAdmin } from './memory-admin.js';
 import { ScopeShares, type ScopeUsage } from './memory-shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): roughly the heap taken by
@@ -51,11 +68,8 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
-/** A record: what its admin reads (memory-admin.ts), and its accounting. */
-interface MemoryRecord extends AdminView {
-  bytes: number;
-  scope: ScopeUsage<Entry>;
-}
+/** A record, as the protocol writes it (core/protocol/record.ts), with its scope's usage beside it. */
+interface MemoryRecord extends StoredRecord<ScopeUsage<Entry>> {}
 
 /** The steps recorded under an id, apart from its record: they outlive a released or expired claim. */
 interface MemorySteps {
@@ -80,8 +94,10 @@ export interface MemoryStore extends IdempotencyStore {
   close(): void;
 }
 
-const recordBytes = (id: string, fingerprint: string, token: string | undefined, body: string | undefined) =>
-  ENTRY_OVERHEAD + id.length + fingerprint.length + (token?.length ?? 0) + (body?.length ?? 0);
+const recordBytes = (id: string, fingerprint: string, token: string, body: string | undefined) =>
+  ENTRY_OVERHEAD + id.length + fingerprint.length + token.length + (body?.length ?? 0);
+/** A record's bytes, counted from its fields (never changed once written), so it keeps no count of its own. */
+const bytesOf = (id: string, rec: MemoryRecord) => recordBytes(id, rec.fingerprint, rec.token, rec.body);
 
 /**
  * The embedded store: one process, nothing to run. It keeps the same
@@ -118,13 +134,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   function drop(id: string, rec: MemoryRecord) {
     records.delete(id);
-    if (rec.state !== 'in_progress') shares.withdraw(rec.scope, rec);
+    if (rec.state !== 'in_progress') shares.withdraw(rec.meta, rec);
     else if (stepsOf.size > 0) {
       // The claim is gone (released, expired, completed, deleted): no one holds the steps it left.
       const recorded = stepsOf.get(id);
       if (recorded !== undefined) shares.free(recorded.scope, recorded, id);
     }
-    shares.account(rec.scope, -1, -rec.bytes);
+    shares.account(rec.meta, -1, -bytesOf(id, rec));
   }
 
   function dropSteps(id: string, recorded: MemorySteps) {
@@ -144,11 +160,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     if (t < nextExpiry) return;
     let earliest = Number.POSITIVE_INFINITY;
     for (const [id, rec] of records) {
-      if (rec.expiresAt <= t) drop(id, rec);
+      if (expired(rec, t)) drop(id, rec);
       else if (rec.expiresAt < earliest) earliest = rec.expiresAt;
     }
     for (const [id, recorded] of stepsOf) {
-      if (recorded.expiresAt <= t) dropSteps(id, recorded);
+      if (expired(recorded, t)) dropSteps(id, recorded);
       else if (recorded.expiresAt < earliest) earliest = recorded.expiresAt;
     }
     nextExpiry = earliest;
@@ -191,16 +207,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   function live(id: string, t: number): MemoryRecord | undefined {
     const rec = records.get(id);
-    if (rec !== undefined && rec.expiresAt <= t) {
+    if (rec !== undefined && expired(rec, t)) {
       drop(id, rec);
       return undefined;
     }
     return rec;
-  }
-
-  function held(id: string, token: string, t: number): MemoryRecord | undefined {
-    const rec = live(id, t);
-    return rec !== undefined && rec.state === 'in_progress' && rec.token === token ? rec : undefined;
   }
 
   const admin = memoryAdmin({
@@ -210,7 +221,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     liveSteps(id, t) {
       const recorded = stepsOf.get(id);
       if (recorded === undefined) return undefined;
-      if (recorded.expiresAt > t) return recorded;
+      if (!expired(recorded, t)) return recorded;
       dropSteps(id, recorded);
       return undefined;
     },
@@ -235,27 +246,20 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return shares.bytes;
     },
 
-    async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
+    async claim(input: ClaimInput): Promise<ClaimResult> {
+      const { id } = input;
       const time = now();
       const rec = live(id, time);
-      if (rec !== undefined && !(rec.state === 'in_progress' && rec.token === token)) {
-        if (rec.state === 'in_progress') {
-          return waiting === true
-            ? { state: 'in_progress', fingerprint: rec.fingerprint, expiresIn: rec.expiresAt - time }
-            : { state: 'in_progress', fingerprint: rec.fingerprint };
-        }
-        return rec.fingerprint === fingerprint
-          ? { state: rec.state, fingerprint: rec.fingerprint, body: rec.body }
-          : { state: rec.state, fingerprint: rec.fingerprint };
-      }
-      // Absent, or this token's own live claim sent again: it is taken, unless the caller gave up.
-      if (deadline !== undefined && time > deadline) return { state: 'late', time };
-      if (rec === undefined) {
+      const verdict = claimVerdict(rec, input, time);
+      if (verdict === 'finished') return finishedAnswer(rec!, input);
+      if (verdict === 'held') return heldAnswer(rec!, input, time);
+      if (verdict === 'late') return lateAnswer(time);
+      if (verdict === 'take') {
         // The steps a released or expired claim left are held by this claim now: the room it makes never takes them.
         const left = stepsOf.size > 0 ? stepsOf.get(id) : undefined;
-        const resumes = left !== undefined && left.expiresAt > time;
+        const resumes = left !== undefined && !expired(left, time);
         if (resumes) shares.withdraw(left.scope, left);
-        const size = recordBytes(id, fingerprint, token, undefined);
+        const size = recordBytes(id, input.fingerprint, input.token, undefined);
         const name = scopeOfRecordId(id);
         if (!makeRoom(time, 1, size, shares.get(name))) {
           // Refused: evictable again, now the newest of their scope (their key was just asked for).
@@ -263,121 +267,96 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
           throw full(1, size);
         }
         const scope = shares.usage(name);
-        const expiresAt = time + lockTtl;
-        records.set(id, {
-          state: 'in_progress',
-          fingerprint,
-          token,
-          body: undefined,
-          expiresAt,
-          claimedAt: time,
-          lockTtl,
-          bytes: size,
-          scope,
-        });
+        const taken = claimed(undefined, input, time, scope);
+        records.set(id, taken);
         shares.account(scope, 1, size);
+        expiring(taken.expiresAt);
       } else {
-        rec.expiresAt = time + lockTtl;
-        rec.lockTtl = lockTtl;
+        // This token's own live claim sent again: the same fields, so the same bytes.
+        const taken = claimed(rec, input, time, rec!.meta);
+        records.set(id, taken);
+        expiring(taken.expiresAt);
       }
-      expiring(time + lockTtl);
-      if (stepsOf.size > 0) {
-        const recorded = stepsOf.get(id);
-        if (recorded !== undefined && recorded.expiresAt > time) {
-          return {
-            state: 'acquired',
-            time,
-            steps: { fingerprint: recorded.fingerprint, steps: recorded.steps.map((step) => ({ ...step })) },
-          };
-        }
-      }
-      return { state: 'acquired', time };
+      return acquiredAnswer(stepsOf.size > 0 ? stepsOf.get(id) : undefined, time);
     },
 
-    async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
+    async complete(input: CompleteInput): Promise<CompleteResult> {
+      const { id } = input;
       const t = now();
       const rec = live(id, t);
-      // Held by this token, or absent (expired, evicted): no one else holds or ran it.
-      if (rec !== undefined && rec.token !== token) return rec.state === 'in_progress' ? 'held' : 'finished';
-      // Already stored by this very claim: a completion sent twice.
-      if (rec !== undefined && rec.state !== 'in_progress') return 'stored';
-      if (clearSteps === true) {
+      const verdict = completeVerdict(rec, input, t);
+      if (verdict !== 'write') return verdict;
+      if (clearsSteps(input)) {
         const recorded = stepsOf.get(id);
         if (recorded !== undefined) dropSteps(id, recorded);
       }
-      const size = recordBytes(id, fingerprint, token, body);
+      const size = recordBytes(id, input.fingerprint, input.token, input.body);
       const name = scopeOfRecordId(id);
       // Never refused for room: a retry would run the operation again. The rule decides what may go.
-      makeRoom(t, rec === undefined ? 1 : 0, size - (rec?.bytes ?? 0), rec?.scope ?? shares.get(name));
+      if (rec === undefined) makeRoom(t, 1, size, shares.get(name));
+      else makeRoom(t, 0, size - bytesOf(id, rec), rec.meta);
       if (rec !== undefined) drop(id, rec);
-      const done: MemoryRecord = {
-        state,
-        fingerprint,
-        token,
-        body,
-        expiresAt: t + ttl,
-        claimedAt: rec?.claimedAt ?? t,
-        lockTtl: undefined,
-        bytes: size,
-        scope: shares.usage(name),
-      };
+      const done = completed(rec, input, t, shares.usage(name));
       records.set(id, done);
-      shares.account(done.scope, 1, size);
-      shares.free(done.scope, done, id);
-      expiring(t + ttl);
+      shares.account(done.meta, 1, size);
+      shares.free(done.meta, done, id);
+      expiring(done.expiresAt);
       listeners.notify(id);
       return 'stored';
     },
 
-    async saveStep({ id, token, fingerprint, index, name, body, ttl }: SaveStepInput): Promise<SaveStepResult> {
+    async saveStep(input: SaveStepInput): Promise<SaveStepResult> {
+      const { id, fingerprint, name, body, ttl } = input;
       const t = now();
-      const rec = held(id, token, t);
-      if (rec === undefined) return 'fenced';
+      const rec = live(id, t);
       let recorded = stepsOf.get(id);
-      if (recorded !== undefined && recorded.expiresAt <= t) {
+      const verdict = saveStepVerdict(rec, recorded, input, t);
+      if (verdict !== 'append') return verdict;
+      // The protocol's `appended`, in place: a save stays one push, however many steps came before.
+      const scope = rec!.meta;
+      if (recorded !== undefined && expired(recorded, t)) {
         dropSteps(id, recorded);
         recorded = undefined;
       }
-      const count = recorded?.steps.length ?? 0;
-      // Sent twice by its holder: the same name at the same place is already there.
-      if (index < count) return recorded!.steps[index]!.name === name ? 'stored' : 'conflict';
-      if (index > count) return 'conflict';
       // Never refused for room, as a completion: the step ran, and a retry would run it again.
       const size = STEP_OVERHEAD + name.length + body.length;
       if (recorded === undefined) {
         const listSize = ENTRY_OVERHEAD + id.length + fingerprint.length;
-        makeRoom(t, 1, listSize + size, rec.scope);
-        recorded = { fingerprint, steps: [], expiresAt: 0, bytes: listSize, scope: rec.scope };
+        makeRoom(t, 1, listSize + size, scope);
+        recorded = { fingerprint, steps: [], expiresAt: 0, bytes: listSize, scope };
         stepsOf.set(id, recorded);
-        shares.account(rec.scope, 1, listSize);
+        shares.account(scope, 1, listSize);
       } else {
-        makeRoom(t, 0, size, rec.scope);
+        makeRoom(t, 0, size, scope);
       }
       const grown = size + fingerprint.length - recorded.fingerprint.length;
       recorded.fingerprint = fingerprint;
       recorded.steps.push({ name, body });
-      recorded.expiresAt = t + ttl;
+      recorded.expiresAt = until(t, ttl);
       recorded.bytes += grown;
       shares.account(recorded.scope, 0, grown);
       expiring(recorded.expiresAt);
       return 'stored';
     },
 
-    async release({ id, token }: FencedInput): Promise<boolean> {
-      const rec = held(id, token, now());
-      if (rec === undefined) return false;
-      drop(id, rec);
+    async release(input: FencedInput): Promise<boolean> {
+      const { id } = input;
+      const t = now();
+      const rec = live(id, t);
+      if (!holds(rec, input.token, t)) return false;
+      drop(id, rec!);
       listeners.notify(id);
       return true;
     },
 
-    async extend({ id, token, lockTtl }: ExtendInput): Promise<boolean> {
+    async extend(input: ExtendInput): Promise<boolean> {
+      const { id } = input;
       const t = now();
-      const rec = held(id, token, t);
-      if (rec === undefined) return false;
-      rec.expiresAt = t + lockTtl;
-      rec.lockTtl = lockTtl;
-      expiring(rec.expiresAt);
+      const rec = live(id, t);
+      if (!holds(rec, input.token, t)) return false;
+      const renewal = renewed(rec!, input.lockTtl, t);
+      records.set(id, renewal);
+      expiring(renewal.expiresAt);
       return true;
     },
 

@@ -2,7 +2,7 @@
    (ioredis's `nodes()`, node-redis's `masters` and `nodeClient()`), described by what is called on them */
 
 import { escapePart, nameOfRecordId } from '../core/key.js';
-import type { RecordState } from '../core/store.js';
+import { byCode, DONE_REPLY, SEEN_STATE_CODE, STATE_CODE } from '../core/protocol/codes.js';
 import type {
   ForgetInput,
   InspectInput,
@@ -21,8 +21,7 @@ import { ADMIN } from './redis-scripts.js';
 // SCAN for listings, master by master on a Cluster.
 
 const DEFAULT_LIMIT = 1_000;
-const STATE_OF: Record<string, RecordState> = { p: 'in_progress', c: 'completed', f: 'failed' };
-const CODE_OF: Record<ForgetInput['state'], string> = { absent: 'a', in_progress: 'p', completed: 'c', failed: 'f' };
+const STATE_OF = byCode(STATE_CODE);
 
 /** A Redis glob that matches `text` literally (SCAN's MATCH). */
 export function globEscape(text: string): string {
@@ -195,13 +194,13 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
     },
 
     async forget({ id, state, token, steps = false, expiresAt }: ForgetInput): Promise<boolean> {
-      const code = CODE_OF[state];
+      const code: string | undefined = SEEN_STATE_CODE[state];
       if (code === undefined) throw new Error(`redisStore: cannot forget a record in state ${String(state)}.`);
       if (state !== 'absent' && token === undefined) return false;
       const key = keyOf(id);
       const keys: [number, ...string[]] = steps ? [2, key, `${key}:steps`] : [1, key];
       const latest = expiresAt === undefined ? '' : Math.floor(expiresAt) + EXPIRY_ROUNDING;
-      return (await run(FORGET, keys, [code, token ?? '', channel, key, latest])) === 1;
+      return (await run(FORGET, keys, [code, token ?? '', channel, key, latest])) === DONE_REPLY.yes;
     },
   };
 }

@@ -1,4 +1,12 @@
 import { createHash } from 'node:crypto';
+import {
+  CLAIM_REPLY,
+  COMPLETE_REPLY,
+  DONE_REPLY,
+  SAVE_STEP_REPLY,
+  SEEN_STATE_CODE,
+  STATE_CODE,
+} from '../core/protocol/codes.js';
 
 /**
  * The Redis store's state transitions, one atomic script each.
@@ -32,6 +40,9 @@ import { createHash } from 'node:crypto';
  * by `initialize()`, in the record's Cluster slot. Absent, it means the data
  * set is new or was lost (an empty restart, a flush); its value is '0', or the
  * time (ms, Redis's clock) at which a script found it missing.
+ *
+ * The state letters and reply codes below are those of core/protocol/codes.ts,
+ * interpolated into the Lua, and the rules those of core/protocol/record.ts.
  */
 
 export interface RedisScript {
@@ -42,6 +53,17 @@ export interface RedisScript {
 function script(source: string): RedisScript {
   return { source, sha: createHash('sha1').update(source).digest('hex') };
 }
+
+/** A code as a Lua string literal. */
+const lua = (code: string) => `'${code}'`;
+const IN_PROGRESS = lua(STATE_CODE.in_progress);
+const ACQUIRED = lua(CLAIM_REPLY.acquired);
+const LATE = lua(CLAIM_REPLY.late);
+const FENCE_UP = lua(CLAIM_REPLY.fenced);
+const ABSENT = lua(SEEN_STATE_CODE.absent);
+const { stored: STORED, held: HELD, finished: FINISHED } = COMPLETE_REPLY;
+const { stored: STEP_STORED, fenced: STEP_FENCED, conflict: STEP_CONFLICT } = SAVE_STEP_REPLY;
+const { yes: DONE, no: NOT_DONE } = DONE_REPLY;
 
 /**
  * `clock()`: Redis's clock in ms, for the scripts that are not on a request's path (defining a
@@ -96,33 +118,33 @@ end
 const claim = (fence: string) =>
   script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
-if rec[1] and not (rec[1] == 'p' and rec[4] == ARGV[1]) then
-  if rec[1] == 'p' then
+if rec[1] and not (rec[1] == ${IN_PROGRESS} and rec[4] == ARGV[1]) then
+  if rec[1] == ${IN_PROGRESS} then
     if ARGV[4] == '1' and rec[2] == ARGV[2] then
       if not rec[5] then redis.call('HSET', KEYS[1], 'w', '1') end
-      return {'p', rec[2], redis.call('PTTL', KEYS[1])}
+      return {${IN_PROGRESS}, rec[2], redis.call('PTTL', KEYS[1])}
     end
-    return {'p', rec[2]}
+    return {${IN_PROGRESS}, rec[2]}
   end
   if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
   return {rec[1], rec[2], rec[3]}
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {'l', now} end
+if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {${LATE}, now} end
 if KEYS[3] and not rec[1] then
   local reopen = fenced(KEYS[3], now, tonumber(ARGV[3]))
-  if reopen then return {'r', now, reopen} end
+  if reopen then return {${FENCE_UP}, now, reopen} end
 end
 if rec[1] then
-  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'l', ARGV[3])
+  redis.call('HSET', KEYS[1], 's', ${IN_PROGRESS}, 'f', ARGV[2], 't', ARGV[1], 'l', ARGV[3])
 else
-  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[3])
+  redis.call('HSET', KEYS[1], 's', ${IN_PROGRESS}, 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local steps = redis.call('HGETALL', KEYS[2])
-if #steps > 0 then return {'a', now, steps} end
-return {'a', now}
+if #steps > 0 then return {${ACQUIRED}, now, steps} end
+return {${ACQUIRED}, now}
 `);
 
 /**
@@ -144,10 +166,10 @@ const complete = (fence: string) =>
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
 if rec[1] then
   if rec[2] ~= ARGV[1] then
-    if rec[1] == 'p' then return 2 end
-    return 0
+    if rec[1] == ${IN_PROGRESS} then return ${HELD} end
+    return ${FINISHED}
   end
-  if rec[1] ~= 'p' then return 1 end
+  if rec[1] ~= ${IN_PROGRESS} then return ${STORED} end
   if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
 ${fence === '' ? '' : 'else\n  fenced(KEYS[2], clock(), 0)\n'}end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
@@ -155,7 +177,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local steps = KEYS[${fence === '' ? 2 : 3}]
 if steps then redis.call('DEL', steps) end
 if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
-return 1
+return ${STORED}
 `);
 
 /**
@@ -166,10 +188,10 @@ return 1
 const release = () =>
   script(`
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'w')
-if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then return 0 end
+if rec[1] ~= ${IN_PROGRESS} or rec[2] ~= ARGV[1] then return ${NOT_DONE} end
 redis.call('DEL', KEYS[1])
 if rec[3] then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
-return 1
+return ${DONE}
 `);
 
 /**
@@ -185,17 +207,17 @@ return 1
 const extend = (fence: string) =>
   script(`${fence}
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'l')
-if rec[1] == 'p' and rec[2] == ARGV[1] then
+if rec[1] == ${IN_PROGRESS} and rec[2] == ARGV[1] then
   if rec[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'l', ARGV[2]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return ${DONE}
 end
-if rec[1] or not KEYS[2] then return 0 end
+if rec[1] or not KEYS[2] then return ${NOT_DONE} end
 local now = clock()
-if not fenced(KEYS[2], now, tonumber(ARGV[2])) then return 0 end
-redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[3], 't', ARGV[1], 'c', now, 'l', ARGV[2])
+if not fenced(KEYS[2], now, tonumber(ARGV[2])) then return ${NOT_DONE} end
+redis.call('HSET', KEYS[1], 's', ${IN_PROGRESS}, 'f', ARGV[3], 't', ARGV[1], 'c', now, 'l', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return ${DONE}
 `);
 
 /**
@@ -215,22 +237,22 @@ const saveStep = (fence: string) =>
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local i = tonumber(ARGV[3])
-if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then
-  if rec[1] or not KEYS[3] then return 0 end
+if rec[1] ~= ${IN_PROGRESS} or rec[2] ~= ARGV[1] then
+  if rec[1] or not KEYS[3] then return ${STEP_FENCED} end
   local now = clock()
-  if not fenced(KEYS[3], now, tonumber(ARGV[7])) then return 0 end
-  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[7])
+  if not fenced(KEYS[3], now, tonumber(ARGV[7])) then return ${STEP_FENCED} end
+  redis.call('HSET', KEYS[1], 's', ${IN_PROGRESS}, 'f', ARGV[2], 't', ARGV[1], 'c', now, 'l', ARGV[7])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  if i > n then return 1 end
+  if i > n then return ${STEP_STORED} end
 end
 if i < n then
-  if redis.call('HGET', KEYS[2], 'k' .. ARGV[3]) == ARGV[4] then return 1 end
-  return 2
+  if redis.call('HGET', KEYS[2], 'k' .. ARGV[3]) == ARGV[4] then return ${STEP_STORED} end
+  return ${STEP_CONFLICT}
 end
-if i > n then return 2 end
+if i > n then return ${STEP_CONFLICT} end
 redis.call('HSET', KEYS[2], 'f', ARGV[2], 'n', i + 1, 'k' .. ARGV[3], ARGV[4], 'b' .. ARGV[3], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
-return 1
+return ${STEP_STORED}
 `);
 
 export interface RedisScripts {
@@ -324,21 +346,21 @@ const forget = () =>
   script(`${CLOCK}
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 local deleted = 0
-if ARGV[1] == 'a' then
-  if rec[1] then return 0 end
+if ARGV[1] == ${ABSENT} then
+  if rec[1] then return ${NOT_DONE} end
 else
-  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] then return 0 end
+  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] then return ${NOT_DONE} end
   if ARGV[5] ~= '' then
     local expires = clock() + redis.call('PTTL', KEYS[1])
-    if expires > tonumber(ARGV[5]) then return 0 end
+    if expires > tonumber(ARGV[5]) then return ${NOT_DONE} end
   end
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   deleted = 1
 end
 if KEYS[2] then deleted = deleted + redis.call('DEL', KEYS[2]) end
-if deleted > 0 then return 1 end
-return 0
+if deleted > 0 then return ${DONE} end
+return ${NOT_DONE}
 `);
 
 export interface RedisAdminScripts {

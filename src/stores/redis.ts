@@ -1,4 +1,12 @@
 import { configError, describeValue } from '../core/options.js';
+import {
+  byCode,
+  CLAIM_REPLY,
+  COMPLETE_REPLY,
+  DONE_REPLY,
+  SAVE_STEP_REPLY,
+  STATE_CODE,
+} from '../core/protocol/codes.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -75,9 +83,10 @@ export interface RedisStore extends IdempotencyStore {
   readonly admin: StoreAdmin;
 }
 
-const STATES = { c: 'completed', f: 'failed' } as const;
-const COMPLETED: readonly CompleteResult[] = ['finished', 'stored', 'held'];
-const SAVED: readonly SaveStepResult[] = ['fenced', 'stored', 'conflict'];
+// The scripts' replies, decoded by the table they are written from (core/protocol/codes.ts).
+const CLAIMED = byCode(CLAIM_REPLY);
+const COMPLETED = byCode(COMPLETE_REPLY);
+const SAVED = byCode(SAVE_STEP_REPLY);
 
 /** The steps hash (see redis-scripts.ts) from HGETALL's flat list of fields and values. */
 function parseSteps(flat: unknown): RecordedSteps {
@@ -171,29 +180,28 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         // or a refusal stands without the replicas. One taken on the primary only is given back,
         // so that the retry is not held off for lockTtl.
         reply = error.reply as typeof reply;
-        if (reply[0] === 'a') {
+        if (reply[0] === CLAIM_REPLY.acquired) {
           void run(RELEASE, onKeys(key), [token, channel, key]).catch(() => {});
           throw error;
         }
       }
-      const state = reply[0];
-      if (state === 'a') {
+      const state = CLAIMED[reply[0]];
+      if (state === 'acquired') {
         return reply.length > 2
-          ? { state: 'acquired', time: reply[1] as number, steps: parseSteps(reply[2]) }
-          : { state: 'acquired', time: reply[1] as number };
+          ? { state, time: reply[1] as number, steps: parseSteps(reply[2]) }
+          : { state, time: reply[1] as number };
       }
-      if (state === 'l') return { state: 'late', time: reply[1] as number };
-      if (state === 'r') throw fenceUp(reply[1] as number, reply[2] as number);
-      if (state === 'p') {
+      if (state === 'late') return { state, time: reply[1] as number };
+      if (state === 'fenced') throw fenceUp(reply[1] as number, reply[2] as number);
+      if (state === 'in_progress') {
         return reply.length > 2 && (reply[2] as number) >= 0
-          ? { state: 'in_progress', fingerprint: reply[1] as string, expiresIn: reply[2] as number }
-          : { state: 'in_progress', fingerprint: reply[1] as string };
+          ? { state, fingerprint: reply[1] as string, expiresIn: reply[2] as number }
+          : { state, fingerprint: reply[1] as string };
       }
-      const finished = STATES[state as keyof typeof STATES];
-      if (finished === undefined) throw new Error(`redisStore: unexpected record state ${String(state)} at a claim.`);
+      if (state === undefined) throw new Error(`redisStore: unexpected record state ${String(reply[0])} at a claim.`);
       return reply.length > 2
-        ? { state: finished, fingerprint: reply[1] as string, body: reply[2] as string }
-        : { state: finished, fingerprint: reply[1] as string };
+        ? { state, fingerprint: reply[1] as string, body: reply[2] as string }
+        : { state, fingerprint: reply[1] as string };
     },
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
@@ -206,7 +214,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const reply = await run(
         COMPLETE,
         keys,
-        [token, state === 'completed' ? 'c' : 'f', body, Math.ceil(ttl), channel, fingerprint, key],
+        [token, STATE_CODE[state], body, Math.ceil(ttl), channel, fingerprint, key],
         true,
       );
       const result = COMPLETED[reply as number];
@@ -238,11 +246,11 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     async release({ id, token }: FencedInput): Promise<boolean> {
       const key = keyOf(id);
-      return (await run(RELEASE, onKeys(key), [token, channel, key])) === 1;
+      return (await run(RELEASE, onKeys(key), [token, channel, key])) === DONE_REPLY.yes;
     },
 
     async extend({ id, token, lockTtl, fingerprint }: ExtendInput): Promise<boolean> {
-      return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl), fingerprint], true)) === 1;
+      return (await run(EXTEND, onKeys(keyOf(id)), [token, Math.ceil(lockTtl), fingerprint], true)) === DONE_REPLY.yes;
     },
 
     onSettled: (id: string, listener: SettledListener) => notifications.listen(keyOf(id), listener),
