@@ -1,0 +1,149 @@
+/**
+ * The commands of the model-based suite: what fast-check generates (plain
+ * data, printed as one line each), and how one is run against the store under
+ * test and the oracle. A run has 3 record ids and 4 tokens; a token is one
+ * attempt, so it always claims with the same fingerprint and completes with the
+ * same outcome (a re-send by a driver is the same call again), as the engine does.
+ */
+import fc from 'fast-check';
+import type { Op } from './oracle.js';
+
+export const IDS = 3;
+export const TOKENS = 4;
+/** Per token: its fingerprint, outcome, and the ttl of its outcome and steps (short ones expire within a run). */
+const FINGERPRINTS = ['fpA', 'fpB', 'fpA', 'fpB'];
+const STATES = ['completed', 'failed', 'completed', 'failed'] as const;
+// Empty, JSON, and what PostgreSQL must encode to store (NUL; a leading \u0001).
+const BODIES = ['{"ok":1}', '', 'a\u0000b é€😀', '\u0001x'];
+const TTLS = [15, 60_000, 40, 25];
+const STEP_LOCK_TTL = 5_000;
+
+export type Spec =
+  | {
+      kind: 'claim';
+      id: number;
+      token: number;
+      lockTtl: number;
+      waiting: boolean;
+      /** None, long past (answers late when the record is free), or far ahead. */
+      deadline: 'none' | 'past' | 'future';
+    }
+  | { kind: 'complete'; id: number; token: number; clearSteps: boolean }
+  | { kind: 'release'; id: number; token: number }
+  | { kind: 'extend'; id: number; token: number; lockTtl: number }
+  | { kind: 'saveStep'; id: number; token: number; index: number; renamed: boolean }
+  | { kind: 'inspect'; id: number; body: boolean }
+  | {
+      kind: 'forget';
+      id: number;
+      token: number;
+      state: 'absent' | 'in_progress' | 'completed' | 'failed';
+      steps: boolean;
+    }
+  /** Lets time pass: a few ms, or to `offset` ms around the oracle's next expiry (at most 100 ms). */
+  | { kind: 'advance'; to: 'tick' | 'expiry'; offset: number };
+
+const id = fc.nat({ max: IDS - 1 });
+const token = fc.nat({ max: TOKENS - 1 });
+const lockTtl = fc.constantFrom(10, 30, 80, 5_000);
+
+export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('claim' as const),
+      id,
+      token,
+      lockTtl,
+      waiting: fc.boolean(),
+      deadline: fc.constantFrom('none' as const, 'none' as const, 'past' as const, 'future' as const),
+    }),
+  },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('complete' as const), id, token, clearSteps: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), id, token }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('extend' as const), id, token, lockTtl }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant('saveStep' as const),
+      id,
+      token,
+      index: fc.nat({ max: 2 }),
+      renamed: fc.constantFrom(false, false, false, true),
+    }),
+  },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('inspect' as const), id, body: fc.boolean() }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('forget' as const),
+      id,
+      token,
+      state: fc.constantFrom('absent' as const, 'in_progress' as const, 'completed' as const, 'failed' as const),
+      steps: fc.boolean(),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('advance' as const),
+      to: fc.constantFrom('tick' as const, 'expiry' as const, 'expiry' as const),
+      offset: fc.integer({ min: -3, max: 4 }),
+    }),
+  },
+);
+
+/** Names of a run's records and tokens. */
+export interface Names {
+  ids: readonly string[];
+  tokens: readonly string[];
+}
+
+/** The store operation of `spec`, in a run whose records and tokens are `names`; `now` is the store's clock. */
+export function opOf(spec: Exclude<Spec, { kind: 'advance' }>, names: Names, now: number): Op {
+  const id = names.ids[spec.id]!;
+  if (spec.kind === 'inspect') return { kind: 'inspect', input: { id, body: spec.body } };
+  const t = spec.token;
+  const token = names.tokens[t]!;
+  const fingerprint = FINGERPRINTS[t]!;
+  switch (spec.kind) {
+    case 'claim': {
+      const deadline = { none: undefined, past: now - 1_000, future: now + 60_000 }[spec.deadline];
+      const input = { id, token, fingerprint, lockTtl: spec.lockTtl, waiting: spec.waiting };
+      return { kind: 'claim', input: deadline === undefined ? input : { ...input, deadline } };
+    }
+    case 'complete': {
+      const input = { id, token, fingerprint, state: STATES[t]!, body: BODIES[t]!, ttl: TTLS[t]! };
+      return { kind: 'complete', input: spec.clearSteps ? { ...input, clearSteps: true } : input };
+    }
+    case 'release':
+      return { kind: 'release', input: { id, token } };
+    case 'extend':
+      return { kind: 'extend', input: { id, token, lockTtl: spec.lockTtl, fingerprint } };
+    case 'saveStep': {
+      const name = spec.renamed ? `other${spec.index}` : `step${spec.index}`;
+      const body = `${BODIES[t]}#${spec.index}`;
+      return {
+        kind: 'saveStep',
+        input: { id, token, fingerprint, index: spec.index, name, body, ttl: TTLS[t]!, lockTtl: STEP_LOCK_TTL },
+      };
+    }
+    case 'forget': {
+      const input = { id, state: spec.state, steps: spec.steps };
+      return { kind: 'forget', input: spec.state === 'absent' ? input : { ...input, token } };
+    }
+  }
+}
+
+/** One line for a spec: `claim k0 t1 lockTtl=30 waiting deadline=past`. */
+export function showSpec(spec: Spec): string {
+  const { kind, ...rest } = spec;
+  const parts: string[] = [kind];
+  for (const [key, value] of Object.entries(rest)) {
+    if (key === 'id') parts.push(`k${value}`);
+    else if (key === 'token') parts.push(`t${value}`);
+    else if (value === true) parts.push(key);
+    else if (value !== false && !(key === 'deadline' && value === 'none')) parts.push(`${key}=${value}`);
+  }
+  return parts.join(' ');
+}
