@@ -1,14 +1,15 @@
 /**
  * The commands of the model-based suite: what fast-check generates (plain
  * data, printed as one line each), and how one is run against the store under
- * test and the oracle. A run has 3 record ids and 4 tokens; a token is one
+ * test and the oracle. A run has 2 record ids and 4 tokens; a token is one
  * attempt, so it always claims with the same fingerprint and completes with the
  * same outcome (a re-send by a driver is the same call again), as the engine does.
  */
 import fc from 'fast-check';
+import type { RecordInfo } from '../../src/core/store-admin.js';
 import type { Op } from './oracle.js';
 
-export const IDS = 3;
+export const IDS = 2;
 export const TOKENS = 4;
 /** Per token: its fingerprint, outcome, and the ttl of its outcome and steps (short ones expire within a run). */
 const FINGERPRINTS = ['fpA', 'fpB', 'fpA', 'fpB'];
@@ -16,6 +17,8 @@ const STATES = ['completed', 'failed', 'completed', 'failed'] as const;
 // Empty, JSON, and what PostgreSQL must encode to store (NUL; a leading \u0001).
 const BODIES = ['{"ok":1}', '', 'a\u0000b é€😀', '\u0001x'];
 const TTLS = [15, 60_000, 40, 25];
+/** Per token: the ttl of its steps, mostly long, so that claims that take a record over resume them. */
+const STEP_TTLS = [60_000, 60_000, 40, 200];
 const STEP_LOCK_TTL = 5_000;
 
 export type Spec =
@@ -27,11 +30,13 @@ export type Spec =
       waiting: boolean;
       /** None, long past (answers late when the record is free), or far ahead. */
       deadline: 'none' | 'past' | 'future';
+      /** See `aimed`. */
+      aim: boolean;
     }
-  | { kind: 'complete'; id: number; token: number; clearSteps: boolean }
-  | { kind: 'release'; id: number; token: number }
-  | { kind: 'extend'; id: number; token: number; lockTtl: number }
-  | { kind: 'saveStep'; id: number; token: number; index: number; renamed: boolean }
+  | { kind: 'complete'; id: number; token: number; clearSteps: boolean; aim: boolean }
+  | { kind: 'release'; id: number; token: number; aim: boolean }
+  | { kind: 'extend'; id: number; token: number; lockTtl: number; aim: boolean }
+  | { kind: 'saveStep'; id: number; token: number; index: number; renamed: boolean; aim: boolean }
   | { kind: 'inspect'; id: number; body: boolean }
   | {
       kind: 'forget';
@@ -39,13 +44,19 @@ export type Spec =
       token: number;
       state: 'absent' | 'in_progress' | 'completed' | 'failed';
       steps: boolean;
+      aim: boolean;
     }
   /** Lets time pass: a few ms, or to `offset` ms around the oracle's next expiry (at most 100 ms). */
   | { kind: 'advance'; to: 'tick' | 'expiry'; offset: number };
 
 const id = fc.nat({ max: IDS - 1 });
 const token = fc.nat({ max: TOKENS - 1 });
-const lockTtl = fc.constantFrom(10, 30, 80, 5_000);
+const lockTtl = fc.constantFrom(10, 30, 30, 80, 80, 5_000);
+/**
+ * Aimed at the record as the oracle has it (see `aimed`): random tokens rarely hold the claim they name, so
+ * without it renewals, releases, steps and the claims that resume them would seldom succeed.
+ */
+const aim = fc.constantFrom(true, true, false);
 
 export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
   {
@@ -57,11 +68,15 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
       lockTtl,
       waiting: fc.boolean(),
       deadline: fc.constantFrom('none' as const, 'none' as const, 'past' as const, 'future' as const),
+      aim: fc.constantFrom(true, false, false, false),
     }),
   },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('complete' as const), id, token, clearSteps: fc.boolean() }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), id, token }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('extend' as const), id, token, lockTtl }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant('complete' as const), id, token, clearSteps: fc.boolean(), aim }),
+  },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('release' as const), id, token, aim }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('extend' as const), id, token, lockTtl, aim }) },
   {
     weight: 3,
     arbitrary: fc.record({
@@ -70,6 +85,7 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
       token,
       index: fc.nat({ max: 2 }),
       renamed: fc.constantFrom(false, false, false, true),
+      aim,
     }),
   },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('inspect' as const), id, body: fc.boolean() }) },
@@ -81,6 +97,7 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
       token,
       state: fc.constantFrom('absent' as const, 'in_progress' as const, 'completed' as const, 'failed' as const),
       steps: fc.boolean(),
+      aim,
     }),
   },
   {
@@ -97,6 +114,21 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
 export interface Names {
   ids: readonly string[];
   tokens: readonly string[];
+}
+
+/**
+ * `spec` aimed at the record as the oracle has it (`seen`), when it asks to be: its token the one that holds the
+ * claim (or, for forget, the record's token and state; for saveStep, the next index too). Unchanged when there is
+ * nothing to aim at.
+ */
+export function aimed(spec: Spec, seen: RecordInfo, names: Names): Spec {
+  if (spec.kind === 'advance' || spec.kind === 'inspect' || !spec.aim) return spec;
+  const token = seen.token === undefined ? -1 : names.tokens.indexOf(seen.token);
+  if (spec.kind === 'forget')
+    return seen.state === 'absent' ? { ...spec, state: 'absent' } : { ...spec, state: seen.state, token };
+  if (seen.state !== 'in_progress' || token < 0) return { ...spec, aim: false };
+  if (spec.kind === 'saveStep') return { ...spec, token, index: spec.renamed ? spec.index : seen.steps.length };
+  return { ...spec, token };
 }
 
 /** The store operation of `spec`, in a run whose records and tokens are `names`; `now` is the store's clock. */
@@ -125,7 +157,7 @@ export function opOf(spec: Exclude<Spec, { kind: 'advance' }>, names: Names, now
       const body = `${BODIES[t]}#${spec.index}`;
       return {
         kind: 'saveStep',
-        input: { id, token, fingerprint, index: spec.index, name, body, ttl: TTLS[t]!, lockTtl: STEP_LOCK_TTL },
+        input: { id, token, fingerprint, index: spec.index, name, body, ttl: STEP_TTLS[t]!, lockTtl: STEP_LOCK_TTL },
       };
     }
     case 'forget': {
@@ -142,8 +174,9 @@ export function showSpec(spec: Spec): string {
   for (const [key, value] of Object.entries(rest)) {
     if (key === 'id') parts.push(`k${value}`);
     else if (key === 'token') parts.push(`t${value}`);
+    else if (key === 'aim') parts.push(value ? '(aimed)' : '');
     else if (value === true) parts.push(key);
     else if (value !== false && !(key === 'deadline' && value === 'none')) parts.push(`${key}=${value}`);
   }
-  return parts.join(' ');
+  return parts.filter((part) => part !== '').join(' ');
 }

@@ -42,7 +42,7 @@ import { it } from 'vitest';
 import { recordId } from '../../src/core/key.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
 import type { RecordInfo } from '../../src/core/store-admin.js';
-import { IDS, type Names, opOf, type Spec, showSpec, specArbitrary, TOKENS } from './commands.js';
+import { aimed, IDS, type Names, opOf, type Spec, showSpec, specArbitrary, TOKENS } from './commands.js';
 import { agrees, show } from './compare.js';
 import { Invariants } from './invariants.js';
 import { exec, type Op, Oracle } from './oracle.js';
@@ -123,8 +123,12 @@ class Run {
     );
   }
 
-  async perform(spec: Spec): Promise<void> {
+  async perform(generated: Spec): Promise<void> {
     this.stats.commands++;
+    const spec =
+      generated.kind === 'advance'
+        ? generated
+        : aimed(generated, await this.oracle.peek(this.names.ids[generated.id]!), this.names);
     const line = `#${this.trace.length} ${showSpec(spec)}`;
     if (spec.kind === 'advance') {
       const ms = await this.delay(spec);
