@@ -43,9 +43,9 @@ import { recordId } from '../../src/core/key.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
 import type { RecordInfo } from '../../src/core/store-admin.js';
 import { aimed, IDS, type Names, opOf, type Spec, showSpec, specArbitrary, TOKENS } from './commands.js';
-import { agrees, show } from './compare.js';
+import { agrees, type Context, show } from './compare.js';
 import { Invariants } from './invariants.js';
-import { exec, type Op, Oracle } from './oracle.js';
+import { exec, type Op, Oracle, type Replica } from './oracle.js';
 
 export interface ModelHarness {
   store: IdempotencyStore;
@@ -97,6 +97,7 @@ class Run {
   readonly claimless = new Set<string>();
   /** What the oracle adds to every ttl: 1 ms for a store that keeps a record through its expiry millisecond. */
   readonly extra: number;
+  #commands = 0;
   /** The wall clock's lead over the monotonic one at the last call: it changes only when the wall clock steps. */
   #lead = wallLead();
 
@@ -132,7 +133,7 @@ class Run {
       generated.kind === 'advance'
         ? generated
         : aimed(generated, await this.oracle.peek(this.names.ids[generated.id]!), this.names);
-    const line = `#${this.trace.length} ${showSpec(spec)}`;
+    const line = `#${this.#commands++} ${showSpec(spec)}`;
     if (spec.kind === 'advance') {
       const ms = await this.delay(spec);
       await this.harness.advance(ms);
@@ -149,13 +150,11 @@ class Run {
     }
     const post = writes(op, call.answer) ? await this.call(inspectOf(op), `${line}, then`) : undefined;
     if (this.undecidable !== undefined) return;
-    if (post !== undefined) prefer ??= ranAt(op, post.answer as RecordInfo);
-    await this.decide(call, line, prefer);
     if (post !== undefined) {
-      // A read takes the earliest time its answer allows: nothing it says pins the oracle.
+      prefer ??= ranAt(op, post.answer as RecordInfo);
       this.timeOf(post, (post.answer as RecordInfo).time, `${line}, then inspect`);
-      await this.decide(post, `   then ${showOp(post.op)}`, undefined);
     }
+    await this.decide(call, line, prefer, post);
   }
 
   /** How long an `advance` waits: a few ms, or to `offset` ms around the oracle's next expiry after now. */
@@ -201,66 +200,125 @@ class Run {
 
   /**
    * Runs `call.op` on the oracle at a time of the call's window where it answers as the store did (at `prefer`
-   * when that is where the store says it ran), and commits it; a failure if there is none.
+   * when that is where the store says it ran), and commits it; a failure if there is none. After a write, the
+   * inspect the store answered (`post`) must agree too: two sides of an expiry can answer a claim alike and leave
+   * different records (a claim sent again by its holder keeps the claim time of the live claim it renews).
    */
-  async decide(call: Call, line: string, prefer: number | undefined): Promise<void> {
+  async decide(call: Call, line: string, prefer: number | undefined, post?: Call): Promise<void> {
     const { op: asked, answer } = call;
     const op = widen(asked, this.extra);
-    const lo = Math.max(call.lo, this.oracle.floor(op.input.id));
+    const id = op.input.id;
+    const lo = Math.max(call.lo, this.oracle.floor(id));
     const hi = Math.max(call.hi, lo);
     if (prefer !== undefined && (prefer < lo || prefer > hi)) prefer = undefined;
-    // The oracle's answer changes only where the record or its steps expire.
-    const seen = await this.oracle.peek(op.input.id, lo);
-    const bounds = [seen.expiresAt, seen.stepsExpireAt].filter(
-      (b): b is number => b !== undefined && b > lo && b <= hi,
-    );
-    const starts = [...new Set([lo, ...bounds])].sort((a, b) => a - b);
-    const times = starts.map((s, i) =>
-      prefer !== undefined && prefer >= s && prefer < (starts[i + 1] ?? hi + 1) ? prefer : s,
-    );
-    if (prefer !== undefined) times.sort((a, b) => (a === prefer ? -1 : b === prefer ? 1 : a - b));
-    const slack = this.harness.slack;
-    const tolerance = slack === 0 ? 0 : 2 * slack + 2 + (op.kind === 'claim' ? hi - lo : 0);
-    const claimless = this.claimless.has(op.input.id);
-    const ctx = {
-      op: asked,
-      notifies: this.harness.store.onSettled !== undefined,
-      tolerance,
-      claimless,
-      extra: this.extra,
+    const seen = await this.oracle.peek(id, lo);
+    const times = candidates(seen, lo, hi, prefer);
+    const ctx = this.context(asked, lo, hi, this.claimless.has(id));
+    type Try = {
+      t: number;
+      answer: unknown;
+      replica?: Replica;
+      read?: { t: number; answer: unknown };
+      misread?: string[];
     };
-    const tried: string[] = [];
-    let chosen: { t: number; model: unknown } | undefined;
-    if (times.length === 1) {
-      const model = await this.oracle.run(op, times[0]!);
-      if (agrees(answer, model, ctx)) chosen = { t: times[0]!, model };
-      else tried.push(`      oracle at ${this.rel(times[0]!)}: ${show(model, this.start)}`);
+    const tries: Try[] = [];
+    let pick: Try | undefined;
+    if (times.length === 1 && post === undefined) {
+      const x = { t: times[0]!, answer: await this.oracle.run(op, times[0]!) };
+      tries.push(x);
+      if (agrees(answer, x.answer, ctx)) pick = x;
     } else {
-      const tries = [];
-      for (const t of times) tries.push({ t, ...(await this.oracle.tryAt(op, t)) });
-      const pick = tries.find((x) => agrees(answer, x.answer, ctx)) ?? this.refusedAsHeld(op, answer, tries);
-      for (const x of tries) {
-        if (x === pick) this.oracle.commit(x.replica, op, x.t);
-        else x.replica.store.close();
+      for (const t of times) {
+        const x: Try = { t, ...(await this.oracle.tryAt(op, t)) };
+        tries.push(x);
+        if (!agrees(answer, x.answer, ctx)) continue;
+        if (post !== undefined) {
+          const read = await this.read(x.replica!, post, t, this.claimlessAfter(op, x.answer, seen, t));
+          if (Array.isArray(read)) {
+            x.misread = read;
+            continue;
+          }
+          x.read = read;
+        }
+        pick = x;
+        break;
       }
-      if (pick !== undefined) chosen = { t: pick.t, model: pick.answer };
-      else for (const x of tries) tried.push(`      oracle at ${this.rel(x.t)}: ${show(x.answer, this.start)}`);
+      pick ??= this.refusedAsHeld(op, answer, tries);
+      for (const x of tries) if (x !== pick) x.replica?.store.close();
+      if (pick?.replica !== undefined) this.oracle.commit(pick.replica, op, pick.read?.t ?? pick.t);
     }
     const window = `[${this.rel(lo)}, ${this.rel(hi)}]`;
-    if (chosen === undefined) {
+    if (pick === undefined) {
       this.trace.push(`${line} → store ${show(answer, this.start)} | oracle disagrees, store time in ${window}`);
-      this.fail(`the store and the oracle disagree on ${showOp(asked)}`, tried);
+      if (post !== undefined) this.trace.push(`   then inspect → store ${show(post.answer, this.start)}`);
+      const tried = tries.flatMap((x) => [
+        `      oracle at ${this.rel(x.t)}: ${show(x.answer, this.start)}`,
+        ...(x.misread ?? []).map((read) => `         then inspect ${read}`),
+      ]);
+      this.fail(
+        `the store and the oracle disagree on ${showOp(asked)}${post === undefined ? '' : ' or the inspect after it'}`,
+        tried,
+      );
     }
     this.trace.push(
-      `${line} → store ${show(answer, this.start)} | oracle ${show(chosen.model, this.start)} at ${this.rel(chosen.t)} in ${window}`,
+      `${line} → store ${show(answer, this.start)} | oracle ${show(pick.answer, this.start)} at ${this.rel(pick.t)} in ${window}`,
     );
-    if (op.kind === 'claim' && (chosen.model as ClaimResult).state === 'acquired') this.claimless.delete(op.input.id);
-    if (op.kind === 'complete' && chosen.model === 'stored') {
-      const held = seen.state === 'in_progress' && seen.token === op.input.token && seen.expiresAt! > chosen.t;
-      if (!held) this.claimless.add(op.input.id);
-    }
-    const broken = this.invariants.check(op, chosen.model, chosen.t);
+    const broken = this.invariants.check(op, pick.answer, pick.t);
     if (broken !== undefined) this.fail(`the oracle broke an invariant: ${broken}`);
+    if (this.claimlessAfter(op, pick.answer, seen, pick.t)) this.claimless.add(id);
+    else this.claimless.delete(id);
+    if (post !== undefined && pick.read !== undefined) {
+      this.trace.push(
+        `   then inspect → store ${show(post.answer, this.start)} | oracle ${show(pick.read.answer, this.start)} at ${this.rel(pick.read.t)}`,
+      );
+      const wrong = this.invariants.check(post.op, pick.read.answer, pick.read.t);
+      if (wrong !== undefined) this.fail(`the oracle broke an invariant: ${wrong}`);
+    }
+  }
+
+  /**
+   * The inspect `post` on `replica` (the oracle after a write at `after`), at the earliest time of its window where
+   * it answers as the store did: that time and answer, or the oracle's answers where none did.
+   */
+  async read(
+    replica: Replica,
+    post: Call,
+    after: number,
+    claimless: boolean,
+  ): Promise<{ t: number; answer: unknown } | string[]> {
+    const lo = Math.max(post.lo, after);
+    const hi = Math.max(post.hi, lo);
+    replica.now = lo;
+    const seen = await replica.store.admin.inspect({ id: post.op.input.id, body: true });
+    const ctx = this.context(post.op, lo, hi, claimless);
+    const answers: string[] = [];
+    // Earliest first: a read taken at a time leaves the oracle as it would be at any later one.
+    for (const t of candidates(seen, lo, hi, undefined)) {
+      const answer = await replica.apply(post.op, t);
+      if (agrees(post.answer, answer, ctx)) return { t, answer };
+      answers.push(`at ${this.rel(t)}: ${show(answer, this.start)}`);
+    }
+    return answers;
+  }
+
+  context(op: Op, lo: number, hi: number, claimless: boolean): Context {
+    const slack = this.harness.slack;
+    const tolerance = slack === 0 ? 0 : 2 * slack + 2 + (op.kind === 'claim' ? hi - lo : 0);
+    return { op, notifies: this.harness.store.onSettled !== undefined, tolerance, claimless, extra: this.extra };
+  }
+
+  /**
+   * Whether, after `op` answered `answer` at `t` on the record the oracle had (`seen`), the record's outcome was
+   * stored by a completion that found no live claim of its token (see compare.ts).
+   */
+  claimlessAfter(op: Op, answer: unknown, seen: RecordInfo, t: number): boolean {
+    const id = op.input.id;
+    if (op.kind === 'claim' && (answer as ClaimResult).state === 'acquired') return false;
+    if (op.kind !== 'complete' || answer !== 'stored') return this.claimless.has(id);
+    const live = seen.expiresAt !== undefined && seen.expiresAt > t && seen.token === op.input.token;
+    if (live && seen.state === 'in_progress') return false;
+    if (live && seen.state !== 'absent') return this.claimless.has(id); // sent again: nothing changed
+    return true;
   }
 
   /**
@@ -287,6 +345,21 @@ class Run {
   close(): void {
     this.oracle.close();
   }
+}
+
+/**
+ * The times to try an operation at, in a window [lo, hi]: the oracle's answer changes only where the record or its
+ * steps expire (`seen`), so one per stretch between them, at `prefer` in its stretch (tried first), else at the
+ * stretch's start.
+ */
+function candidates(seen: RecordInfo, lo: number, hi: number, prefer: number | undefined): number[] {
+  const bounds = [seen.expiresAt, seen.stepsExpireAt].filter((b): b is number => b !== undefined && b > lo && b <= hi);
+  const starts = [...new Set([lo, ...bounds])].sort((a, b) => a - b);
+  const times = starts.map((s, i) =>
+    prefer !== undefined && prefer >= s && prefer < (starts[i + 1] ?? hi + 1) ? prefer : s,
+  );
+  if (prefer !== undefined) times.sort((a, b) => (a === prefer ? -1 : b === prefer ? 1 : a - b));
+  return times;
 }
 
 /** The answer changed the record: an inspect reads what it left (and when, by the store's clock, the write ran). */
