@@ -349,16 +349,18 @@ class Run {
 
 /**
  * The times to try an operation at, in a window [lo, hi]: the oracle's answer changes only where the record or its
- * steps expire (`seen`), so one per stretch between them, at `prefer` in its stretch (tried first), else at the
- * stretch's start.
+ * steps expire (`seen`), so one per stretch between them: at `prefer` in its stretch (tried first), as near to it
+ * as the others allow, or, without it, at each stretch's start.
  */
 function candidates(seen: RecordInfo, lo: number, hi: number, prefer: number | undefined): number[] {
   const bounds = [seen.expiresAt, seen.stepsExpireAt].filter((b): b is number => b !== undefined && b > lo && b <= hi);
   const starts = [...new Set([lo, ...bounds])].sort((a, b) => a - b);
-  const times = starts.map((s, i) =>
-    prefer !== undefined && prefer >= s && prefer < (starts[i + 1] ?? hi + 1) ? prefer : s,
-  );
-  if (prefer !== undefined) times.sort((a, b) => (a === prefer ? -1 : b === prefer ? 1 : a - b));
+  const times = starts.map((start, i) => {
+    const end = starts[i + 1] ?? hi + 1;
+    if (prefer === undefined || prefer < start) return start;
+    return prefer < end ? prefer : Math.max(start, end - 1);
+  });
+  if (prefer !== undefined) times.sort((a, b) => Math.abs(a - prefer) - Math.abs(b - prefer));
   return times;
 }
 
