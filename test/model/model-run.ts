@@ -11,15 +11,16 @@
  * at a store time within [before - slack, after + slack] (slack: the 1 ms
  * rounding of the store's clocks, and PostgreSQL's microseconds). The oracle
  * runs the same operation at a time of that window, never earlier than its
- * last one:
+ * last operation on the same record (oracle.ts):
  * - the window is narrowed by what the store says of its own time: a claim's
  *   `time`; after a write, an `admin.inspect` of the record (itself compared
  *   with the oracle's) whose `expiresAt` (or `stepsExpireAt`) minus the ttl asked
  *   for is when the write ran. A store time outside the window is a failure;
  * - the answer can only change at an expiry of the record or of its steps: when
  *   one falls inside the window, the oracle tries the operation on each side of
- *   it (on a copy) and keeps the side whose answer is the store's. Only when no
- *   side gives the store's answer do they disagree;
+ *   it (on a copy) and keeps the side whose answer is the store's, a write
+ *   together with the inspect after it. Only when no side gives the store's
+ *   answers do they disagree;
  * - times in answers (`expiresIn`, `expiresAt`...) are compared within the
  *   window's width and rounding.
  * The wall clock of a virtual machine can step (test/helpers/steady-clock.ts): a
@@ -33,7 +34,8 @@
  * A failure prints fast-check's seed and path, and the shrunk sequence as a
  * trace: one line per command, with the store's answer and the oracle's.
  * MODEL_RUNS sets the number of sequences per store; MODEL_SEED, MODEL_PATH
- * and MODEL_REPLAY_PATH replay a failure.
+ * and MODEL_REPLAY_PATH replay a failure's commands (a real store's timing,
+ * and so an answer at an expiry, may differ from one run to the next).
  */
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
