@@ -5,7 +5,8 @@ import { defineConfig } from 'vitest/config';
 // service: no Redis, no PostgreSQL, no network.
 // npm run test:live (project live): the library against real Redis and PostgreSQL: test/stores (each
 // store), test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the
-// client link); every test file outside test/unit and the folders below.
+// client link), test/model (the model-based store contract, a few dozen sequences per store; npm run test:model
+// runs 10,000), test/sim (the engine's simulation); every test file outside test/unit and the folders below.
 // The example app's end-to-end suite, the fault suite and the stacks suite (with the CLI's tests) have
 // configs of their own.
 export default defineConfig({

@@ -5,14 +5,16 @@
  * dropped, pools ended). Call `liveStores` at the top level of the file.
  */
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Cluster, Redis } from 'ioredis';
 import type pg from 'pg';
+import postgres from 'postgres';
 import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { drizzleStore } from '../../src/drizzle.js';
 import { type IdempotencyStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
+import { DATABASE_URL, isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from './redis.js';
 import { type PrivateCluster, type PrivateRedis, startPrivateCluster, startPrivateRedis } from './redis-server.js';
 
@@ -42,6 +44,9 @@ export type StoreKind =
   /** Sessions defaulting to a stricter isolation, as some teams configure their database. */
   | 'postgres, REPEATABLE READ'
   | 'postgres, SERIALIZABLE'
+  /** postgres.js (`drizzle(postgres(url))`, as create-t3-app makes it) with its named prepared statements, and without (a transaction-mode pooler). */
+  | 'postgres, postgres.js'
+  | 'postgres, postgres.js, prepare: false'
   | 'PGlite';
 
 export interface LiveStore {
@@ -89,9 +94,16 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   const clients: (Redis | Cluster)[] = [];
   const pools = new Map<string, pg.Pool>();
   const dbs = new Map<string, ReturnType<typeof drizzle>>();
+  const postgresJs = new Map<boolean, { sql: postgres.Sql; db: ReturnType<typeof drizzlePostgresJs> }>();
 
   beforeAll(async () => {
-    const pgKinds = ['postgres', 'postgres, REPEATABLE READ', 'postgres, SERIALIZABLE'] as const;
+    const pgKinds = [
+      'postgres',
+      'postgres, REPEATABLE READ',
+      'postgres, SERIALIZABLE',
+      'postgres, postgres.js',
+      'postgres, postgres.js, prepare: false',
+    ] as const;
     [schema, lite, cluster, replicatedCluster] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
@@ -127,10 +139,21 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       const { rows } = await pool.query<{ transaction_isolation: string }>('show transaction_isolation');
       expect(rows[0]?.transaction_isolation).toBe(level);
     }
+    for (const prepare of [true, false]) {
+      if (!wants(prepare ? 'postgres, postgres.js' : 'postgres, postgres.js, prepare: false')) continue;
+      const sql = postgres(DATABASE_URL, {
+        prepare,
+        max: 10,
+        connection: { search_path: schema!.schema },
+        onnotice: () => {},
+      });
+      postgresJs.set(prepare, { sql, db: drizzlePostgresJs(sql) });
+    }
   }, 60_000);
   afterAll(async () => {
     await Promise.all(made.map(async (s) => (s as { close?: () => unknown }).close?.()));
     await Promise.all([...pools.values()].map((p) => p.end()));
+    await Promise.all([...postgresJs.values()].map(({ sql }) => sql.end({ timeout: 5 })));
     for (const c of clients) c.disconnect();
     await deleteByPrefix(redis, prefix);
     redis.disconnect();
@@ -216,6 +239,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return drizzleStore({ db: dbs.get('repeatable read')! });
       case 'postgres, SERIALIZABLE':
         return drizzleStore({ db: dbs.get('serializable')! });
+      case 'postgres, postgres.js':
+        return drizzleStore({ db: postgresJs.get(true)!.db });
+      case 'postgres, postgres.js, prepare: false':
+        return drizzleStore({ db: postgresJs.get(false)!.db });
       case 'PGlite':
         return drizzleStore({ db: lite!.db });
     }

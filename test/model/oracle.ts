@@ -1,0 +1,122 @@
+/**
+ * The model of the model-based contract suite: the memory store on a virtual
+ * clock, the rules once. Each store operation is data (`Op`), run the same way
+ * on the store under test and on the oracle (`exec`). The oracle keeps the log
+ * of what it ran and at which virtual time, so that it can try an operation at
+ * several times without committing to one (`tryAt` replays the log into a new
+ * memory store): a real store's clock is known only within the round trip of
+ * each call, and near an expiry the answer depends on which side of it the
+ * store ran.
+ */
+import type {
+  ClaimInput,
+  CompleteInput,
+  ExtendInput,
+  FencedInput,
+  IdempotencyStore,
+  SaveStepInput,
+} from '../../src/core/store.js';
+import type { ForgetInput, InspectInput, RecordInfo } from '../../src/core/store-admin.js';
+import { type MemoryStore, memoryStore } from '../../src/index.js';
+
+export type Op =
+  | { kind: 'claim'; input: ClaimInput }
+  | { kind: 'complete'; input: CompleteInput }
+  | { kind: 'release'; input: FencedInput }
+  | { kind: 'extend'; input: ExtendInput }
+  | { kind: 'saveStep'; input: SaveStepInput }
+  | { kind: 'inspect'; input: InspectInput }
+  | { kind: 'forget'; input: ForgetInput };
+
+/** Runs `op` on `store`: its answer, as the store gives it. */
+export async function exec(store: IdempotencyStore, op: Op): Promise<unknown> {
+  switch (op.kind) {
+    case 'claim':
+      return store.claim(op.input);
+    case 'complete':
+      return store.complete(op.input);
+    case 'release':
+      return store.release(op.input);
+    case 'extend':
+      return store.extend(op.input);
+    case 'saveStep':
+      return store.saveStep!(op.input);
+    case 'inspect':
+      return store.admin!.inspect(op.input);
+    case 'forget':
+      return store.admin!.forget(op.input);
+  }
+}
+
+/** The memory store on a virtual clock, with the log that rebuilds it. */
+class Replica {
+  now: number;
+  readonly store: MemoryStore;
+  readonly log: { op: Op; t: number }[] = [];
+  constructor(now: number) {
+    this.now = now;
+    this.store = memoryStore({ now: () => this.now });
+  }
+  async apply(op: Op, t: number): Promise<unknown> {
+    this.now = t;
+    this.log.push({ op, t });
+    return exec(this.store, op);
+  }
+}
+
+/**
+ * The oracle's time goes forward record by record, not as one clock: the memory store reads a record at the
+ * time of the operation on it, and drops nothing else (it sweeps only when full, or each minute), so an
+ * operation on one record may run a millisecond before the last operation on another. A real store's times
+ * are whole ms (or rounded by us): two operations in one of its milliseconds may need the oracle at
+ * different sides of a boundary.
+ */
+export class Oracle {
+  #replica: Replica;
+  readonly #floor = new Map<string, number>();
+  readonly start: number;
+
+  constructor(start: number) {
+    this.start = start;
+    this.#replica = new Replica(start);
+  }
+
+  /** The time of the last operation on `id`: the oracle never goes back on a record. */
+  floor(id: string): number {
+    return this.#floor.get(id) ?? this.start;
+  }
+
+  /** The record and steps of `id` as the oracle has them at `t` (at least its floor). */
+  peek(id: string, t = this.floor(id)): Promise<RecordInfo> {
+    this.#replica.now = Math.max(t, this.floor(id));
+    return this.#replica.store.admin.inspect({ id, body: true });
+  }
+
+  /** `op` at `t` on a copy of the oracle: its answer, and the copy to `commit` if that answer is the one. */
+  async tryAt(op: Op, t: number): Promise<{ answer: unknown; replica: Replica }> {
+    const replica = new Replica(this.start);
+    for (const { op: past, t: at } of this.#replica.log) await replica.apply(past, at);
+    const answer = await replica.apply(op, Math.max(t, this.floor(op.input.id)));
+    return { answer, replica };
+  }
+
+  /** `op` at `t`, committed. */
+  async run(op: Op, t: number): Promise<unknown> {
+    const at = Math.max(t, this.floor(op.input.id));
+    this.#floor.set(op.input.id, at);
+    return this.#replica.apply(op, at);
+  }
+
+  /** Keeps the copy `replica` made by `tryAt` of `op` at `t`. */
+  commit(replica: Replica, op: Op, t: number): void {
+    this.#replica.store.close();
+    this.#replica = replica;
+    this.#floor.set(op.input.id, Math.max(t, this.floor(op.input.id)));
+  }
+
+  close(): void {
+    this.#replica.store.close();
+  }
+}
+
+export type { Replica };
