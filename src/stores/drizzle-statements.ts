@@ -117,7 +117,8 @@ export const CLAIM = statement(
  * Stores the outcome if the token holds the claim, or if the row is absent
  * or expired (purged, or expired with no one taking it over): no one else
  * holds or ran it. Another live claim or outcome wins. The token stays on
- * the row, so a completion sent twice by the same holder succeeds again.
+ * the row: a completion sent twice by the same holder writes nothing the
+ * second time, and the store answers it `stored` (LIVE_STATE).
  * An outcome has no lease: `lock_ttl` is null. `created_at` stays the time of
  * the token's claim; a row taken from another (expired) gets the completion's.
  *
@@ -133,7 +134,7 @@ export const COMPLETE = statement(
       set state = excluded.state, fingerprint = excluded.fingerprint, token = excluded.token, body = excluded.body,
           expires_at = excluded.expires_at, lock_ttl = null,
           created_at = case when k.token = $4 then k.created_at else excluded.created_at end
-      where k.token = $4 or k.expires_at <= statement_timestamp()
+      where (k.token = $4 and k.state = 'in_progress') or k.expires_at <= statement_timestamp()
     returning 1`,
 );
 
@@ -183,11 +184,11 @@ export const SAVE_STEP = statement(
            (select at_name from recorded) as at_name`,
 );
 
-/** The state of a live row, after a refused completion. $1 id. */
+/** The state and token of a live row, after a refused completion. $1 id. */
 export const LIVE_STATE = statement(
   ['id'],
   `
-    select state from idempotency_keys where id = $1 and expires_at > statement_timestamp()`,
+    select state, token from idempotency_keys where id = $1 and expires_at > statement_timestamp()`,
 );
 
 /** Deletes the token's live claim. $1 id, $2 token. */

@@ -167,11 +167,16 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     const { id, state, fingerprint, token, body, ttl } = input;
     const values = { id, state, fingerprint, token, body: encodeBody(body), ttl: ms(ttl) };
     const statement = input.clearSteps === true ? COMPLETE_CLEARING_STEPS : COMPLETE;
-    if ((await run(executor, statement, values)).length === 1) return 'stored';
-    // Refused (rare): say by what. A row committed after that statement began may be
-    // invisible here; it can only be another claim's, so no row reads as held.
-    const [row] = await run(executor, LIVE_STATE, { id });
-    return row === undefined || row.state === 'in_progress' ? 'held' : 'finished';
+    for (let attempt = 1; ; attempt++) {
+      if ((await run(executor, statement, values)).length === 1) return 'stored';
+      // Refused (rare): say by what. The token's own outcome: a completion sent again, stored
+      // already and left as it is.
+      const [row] = await run(executor, LIVE_STATE, { id });
+      if (row !== undefined) return row.state === 'in_progress' ? 'held' : row.token === token ? 'stored' : 'finished';
+      // No live row: the one that refused expired since (the completion is sent again, once), or it is
+      // another claim's, committed after that statement began and invisible here: held.
+      if (attempt === 2) return 'held';
+    }
   };
 
   const admin = drizzleAdmin((query, values) => run(db, query, values));

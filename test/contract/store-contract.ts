@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import fc from 'fast-check';
 import { describe, expect, it as vitestIt } from 'vitest';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
@@ -11,7 +12,7 @@ import {
   type SaveStepInput,
 } from '../../src/core.js';
 import type { IdempotencyStore } from '../../src/index.js';
-import { onSteadyWallClock } from '../helpers/steady-clock.js';
+import { onSteadyWallClock, within } from '../helpers/steady-clock.js';
 import { describeAdminContract } from './admin-contract.js';
 
 /** `it`, run again when the wall clock stepped while it failed (the stores time expiries by it). */
@@ -200,6 +201,24 @@ export function describeStoreContract(
       });
     });
 
+    it('a completion sent again by its holder answers stored and changes nothing: not the body, state, expiry or claim time', async () => {
+      const { store, advance } = await create();
+      const rec = id();
+      await claim(store, { id: rec, token: 'a' });
+      expect(await complete(store, { id: rec, token: 'a', body: 'first' })).toBe('stored');
+      expect(store.admin).toBeDefined();
+      const before = await store.admin!.inspect({ id: rec, body: true });
+      await advance(20);
+      // the same completion again (a driver's re-send, or the engine's retry of one whose answer was lost),
+      // and one with another outcome and clearing steps (the engine sends none: a stored outcome is final)
+      expect(await complete(store, { id: rec, token: 'a', body: 'first' })).toBe('stored');
+      expect(
+        await complete(store, { id: rec, token: 'a', body: 'second', state: 'failed', ttl: 120_000, clearSteps: true }),
+      ).toBe('stored');
+      const after = await store.admin!.inspect({ id: rec, body: true });
+      expect({ ...after, time: 0 }).toEqual({ ...before, time: 0 });
+    });
+
     it('release frees the key for a new claim', async () => {
       const { store } = await create();
       const rec = id();
@@ -247,8 +266,10 @@ export function describeStoreContract(
       const { store, advance } = await create();
       const rec = id();
       await claim(store, { id: rec, token: 'a' });
+      const storedAt = performance.now();
       await complete(store, { id: rec, token: 'a', body: 'done', ttl: 500 });
       await advance(200);
+      within(storedAt, 480, 'the outcome cannot have expired yet');
       expect(await claim(store, { id: rec, token: 'b' })).toMatchObject({
         state: 'completed',
       });
@@ -317,11 +338,13 @@ export function describeStoreContract(
         state: 'acquired',
       });
       await advance(LOCK / 2);
+      const renewedAt = performance.now();
       expect(await claim(store, { id: rec, token: 'mine' })).toEqual({
         state: 'acquired',
       });
       // it also renewed the claim: 1.25 x lockTtl after the first claim, it is still held
       await advance((LOCK * 3) / 4);
+      within(renewedAt, LOCK - 20, 'the renewed claim cannot have expired yet');
       expect(await claim(store, { id: rec, token: 'other' })).toEqual({
         state: 'in_progress',
         fingerprint: 'fp',
