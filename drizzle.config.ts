@@ -3,6 +3,6 @@ import { defineConfig } from 'drizzle-kit';
 
 export default defineConfig({
   dialect: 'postgresql',
-  schema: './src/stores/drizzle-schema.ts',
+  schema: './src/stores/drizzle/schema.ts',
   out: './drizzle',
 });

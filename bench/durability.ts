@@ -310,7 +310,7 @@ async function scriptsAlone(out: string, node: BenchRedisNode, label: string) {
   type Script = { sha: string; source: string };
   type Scripts = { CLAIM: Script; FENCED?: { CLAIM: Script } };
   const scriptsOf = async (dir: string) =>
-    (await import(pathToFileURL(join(dir, 'stores/redis-scripts.js')).href)) as Scripts;
+    (await import(pathToFileURL(join(dir, 'stores/redis/scripts.js')).href)) as Scripts;
   const claimOf = async (dir: string) => (await scriptsOf(dir)).CLAIM;
   const B = await claimOf(join(out, 'b', 'dist'));
   // Since 2d280d6 a store without the fence runs CLAIM without the fence's functions (FENCED holds the

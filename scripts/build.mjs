@@ -12,7 +12,7 @@ execFileSync(tsc, ['-p', 'tsconfig.cjs.json'], { stdio: 'inherit' });
 // Node and TypeScript read dist/cjs/**/*.js and *.d.ts as CommonJS (the root package.json says "module").
 writeFileSync('dist/cjs/package.json', `${JSON.stringify({ type: 'commonjs' }, null, 2)}\n`);
 
-// src has no ESM-only expression (drizzle-migrate.ts carries the package's migrations in its code rather than
+// src has no ESM-only expression (stores/drizzle/migrate.ts carries the package's migrations in its code rather than
 // finding drizzle/ from import.meta.url): `import.meta` in the CommonJS build would be a syntax error there.
 for (const entry of readdirSync('dist/cjs', { recursive: true, withFileTypes: true })) {
   if (!entry.isFile() || !entry.name.endsWith('.js')) continue;

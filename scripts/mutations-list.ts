@@ -15,7 +15,7 @@ export interface Mutation {
 export const MUTATIONS: Mutation[] = [
   {
     name: "Redis: the completion script does not check the caller's token",
-    file: 'src/stores/redis-scripts.ts',
+    file: 'src/stores/redis/scripts.ts',
     find: 'if rec[1] then\n  if rec[2] ~= ARGV[1] then',
     replace: 'if rec[1] then\n  if false then',
     suites: ['test/model/redis.test.ts'],
@@ -29,7 +29,7 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     name: 'memory: a release forgets the steps of the claim it releases',
-    file: 'src/stores/memory.ts',
+    file: 'src/stores/memory/store.ts',
     find: '      drop(id, rec!);\n      listeners.notify(id);\n      return true;',
     replace:
       '      drop(id, rec!);\n      const left = stepsOf.get(id);\n      if (left !== undefined) dropSteps(id, left);\n' +
@@ -38,14 +38,14 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     name: 'Redis: the restart fence is skipped when its marker is missing (an empty restart)',
-    file: 'src/stores/redis-scripts.ts',
+    file: 'src/stores/redis/scripts.ts',
     find: "  if not lost then\n    redis.call('SET', marker, string.format('%d', now))\n    lost = now\n  end",
     replace: '  if not lost then\n    return nil\n  end',
     suites: ['test/stores/redis-fence.test.ts'],
   },
   {
     name: "PostgreSQL: a renewal does not check the caller's token",
-    file: 'src/stores/drizzle-statements.ts',
+    file: 'src/stores/drizzle/statements.ts',
     find: `lock_ttl = $\{LOCK_TTL('$3')}\n     where id = $1 and token = $2 and`,
     replace: `lock_ttl = $\{LOCK_TTL('$3')}\n     where id = $1 and $2::text is not null and`,
     suites: ['test/model/postgres.test.ts'],

@@ -1,9 +1,9 @@
 // trpc-idempotency/client: the @trpc/client half. Runs in browsers: no `node:` imports.
 
-import type { IdempotencyKeySource } from './client/key.js';
+import type { IdempotencyKeySource } from './client/key-holder.js';
 
 export { backoffDelay, DEFAULT_RETRY } from './client/backoff.js';
-export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/errors.js';
+export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/failed-call.js';
 export {
   getHttpStatus,
   getIdempotencyErrorData,
@@ -13,14 +13,14 @@ export {
   isIdempotencyError,
   isRetryableError,
   RETRYABLE_STATUSES,
-} from './client/errors.js';
+} from './client/failed-call.js';
 export type { HeadersArgument, IdempotencyHeadersOptions } from './client/headers.js';
 export { idempotencyHeaders } from './client/headers.js';
-export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeySource } from './client/key.js';
-export { createIdempotencyKey, randomKey } from './client/key.js';
+export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeySource } from './client/key-holder.js';
+export { createIdempotencyKey, randomKey } from './client/key-holder.js';
 export type { IdempotencyLinkOptions, IdempotencyRetryEvent, IdempotencyRetryOptions } from './client/link.js';
 export { idempotencyLink } from './client/link.js';
-export { IdempotencyConfigError } from './core/errors.js';
+export { IdempotencyConfigError } from './core/idempotency-error.js';
 
 /** What `idempotencyLink` reads from, and writes to, an operation's context. */
 export interface IdempotencyOperationContext {

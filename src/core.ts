@@ -21,22 +21,21 @@ export type {
   StuckResult,
 } from './core/admin.js';
 export { idempotencyAdmin } from './core/admin.js';
-export { jsonCodec, type OutcomeCodec } from './core/codec.js';
-export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/errors.js';
+export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
+export { fingerprint } from './core/fingerprint.js';
+export type { IdempotencyErrorOptions, IdempotencyErrorReason, StoreFailureKind } from './core/idempotency-error.js';
 export {
   findIdempotencyError,
   IdempotencyConfigError,
   IdempotencyError,
   retryable,
   storeFailure,
-} from './core/errors.js';
-export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventResult } from './core/events.js';
-export { fingerprint } from './core/fingerprint.js';
-export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/key.js';
+} from './core/idempotency-error.js';
+export { jsonCodec, type OutcomeCodec } from './core/outcome-codec.js';
 export type { IdempotencyPolicyOptions, InFlightPolicy, ResolvedPolicy, StoreErrorPolicy } from './core/policy.js';
 export { DEFAULT_POLICY } from './core/policy.js';
+export { MAX_KEY_LENGTH, parseIdempotencyKey, recordId } from './core/record-id.js';
 export { deriveStepKey } from './core/step-key.js';
-export type { IdempotencySteps } from './core/steps.js';
 export type * from './core/store.js';
 export type * from './core/store-admin.js';
 export type {
@@ -44,8 +43,9 @@ export type {
   ExecuteResult,
   IdempotencyEngine,
   IdempotencyEngineOptions,
+  IdempotencySteps,
   RunOptions,
 } from './core/types.js';
-export { createIdempotencyEngine } from './stores/default-engine.js';
-export type { MemoryStore, MemoryStoreOptions } from './stores/memory.js';
-export { memoryStore } from './stores/memory.js';
+export { createIdempotencyEngine } from './default-engine.js';
+export type { MemoryStore, MemoryStoreOptions } from './stores/memory/store.js';
+export { memoryStore } from './stores/memory/store.js';

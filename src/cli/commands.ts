@@ -162,8 +162,8 @@ const migrate: Command = async (values, io) => {
   const conn = (await connectPostgres(target, false)) as PostgresConnection;
   try {
     const [{ migrateIdempotencyKeys }, { PACKAGE_MIGRATIONS }] = await Promise.all([
-      import('../stores/drizzle-migrate.js'),
-      import('../stores/drizzle-migrations.js'),
+      import('../stores/drizzle/migrate.js'),
+      import('../stores/drizzle/embedded-migrations.js'),
     ]);
     const options = {
       ...(migrationsSchema === undefined ? {} : { migrationsSchema }),

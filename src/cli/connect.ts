@@ -7,7 +7,7 @@
  * all, so the process exits by itself.
  */
 import type { IdempotencyStore } from '../core/store.js';
-import type { RedisStore } from '../stores/redis.js';
+import type { RedisStore } from '../stores/redis/store.js';
 import { BIN, URL_ENV, type Values } from './args.js';
 import { CliError, EXIT, usageError } from './exit-codes.js';
 
@@ -191,7 +191,7 @@ function unreachable(what: string, where: string, error: unknown): CliError {
 
 /** Connects to Redis (single node or Cluster) with ioredis or node-redis, and makes the store on it. */
 export async function connectRedis(target: RedisTarget, restartFence = false): Promise<RedisConnection> {
-  const { redisStore } = await import('../stores/redis.js');
+  const { redisStore } = await import('../stores/redis/store.js');
   const where = target.urls.map(redact).join(',') + (target.cluster ? ' (cluster)' : '');
   const what = target.cluster ? 'the Redis Cluster' : 'Redis';
   let library = target.client;
@@ -335,7 +335,7 @@ export async function connectPostgres(target: PostgresTarget, table: boolean): P
   // pg is CommonJS: its exports are the default export of the ESM import
   const pg = (pgModule as unknown as { default?: typeof pgModule }).default ?? pgModule;
   const { drizzle } = await peer('drizzle-orm', () => import('drizzle-orm/node-postgres'), '--database-url');
-  const { drizzleStore } = await import('../stores/drizzle.js');
+  const { drizzleStore } = await import('../stores/drizzle/store.js');
   const where = redact(target.url) + (target.schema === undefined ? '' : `, schema ${target.schema}`);
   const pool = new pg.Pool({
     connectionString: target.url,

@@ -4,7 +4,7 @@
  * sizes. `--json` prints the results as they are instead (see commands.ts).
  */
 import type { InspectedRecord, ReleaseResult, StatsResult, StuckResult } from '../core/admin.js';
-import type { RecordState } from '../core/store.js';
+import type { RecordState } from '../core/store-admin.js';
 
 /** A duration as people read it: 850ms, 20.1s, 4m 12s, 2h 5m, 3d 4h. */
 export function duration(ms: number): string {

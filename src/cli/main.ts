@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { IdempotencyConfigError } from '../core/idempotency-error.js';
 import { BIN, parseCommandLine } from './args.js';
 import { type Io, RUN } from './commands.js';
 import { CliError, EXIT } from './exit-codes.js';

@@ -6,8 +6,8 @@ import type { AnyTRPCRouter } from '@trpc/server';
 import { observable, type Unsubscribable } from '@trpc/server/observable';
 import { checkFunction, checkTimerMs, checkWholeNumber, configError } from '../core/options.js';
 import { backoffDelay, DEFAULT_RETRY } from './backoff.js';
-import { getRetryAfterMs, isRetryableError } from './errors.js';
-import { canMakeRandomKeys, randomKey, resolveKey } from './key.js';
+import { getRetryAfterMs, isRetryableError } from './failed-call.js';
+import { canMakeRandomKeys, randomKey, resolveKey } from './key-holder.js';
 
 type ClientError = TRPCClientError<AnyTRPCRouter>;
 

@@ -1,10 +1,10 @@
-import { IdempotencyConfigError } from './errors.js';
 import { hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
-import { nameOfRecordId, recordId } from './key.js';
+import { IdempotencyConfigError } from './idempotency-error.js';
 import { checkWholeNumber } from './options.js';
 import { markerOf, TOO_LARGE_BODY, UNREPLAYABLE_BODY } from './outcome.js';
-import type { IdempotencyStore, RecordState } from './store.js';
-import type { RecordInfo, RecordSummary, StoreAdmin } from './store-admin.js';
+import { nameOfRecordId, recordId } from './record-id.js';
+import type { IdempotencyStore } from './store.js';
+import type { RecordInfo, RecordState, RecordSummary, StoreAdmin } from './store-admin.js';
 
 /** A record named as the layer names it, or by its id (see `recordId`). */
 export type RecordRef =

@@ -1,4 +1,4 @@
-import type { OutcomeCodec } from './codec.js';
+import type { OutcomeCodec } from './outcome-codec.js';
 import type { ResolvedPolicy } from './policy.js';
 
 /** One attempt at an operation under a key: what every part of the engine needs to know about it. */

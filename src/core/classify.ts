@@ -1,6 +1,6 @@
-import type { OutcomeCodec } from './codec.js';
-import { isRetryable } from './errors.js';
+import { isRetryable } from './idempotency-error.js';
 import { byteLengthExceeds, encodeResult, TOO_LARGE_BODY } from './outcome.js';
+import type { OutcomeCodec } from './outcome-codec.js';
 
 /** What an operation ended with: its value, or what it threw. */
 export type Outcome<T = unknown> = { ok: true; value: T } | { ok: false; error: unknown };

@@ -1,16 +1,21 @@
 import { randomUUID } from 'node:crypto';
 import type { Attempt } from './attempt.js';
-import { currentRun } from './claimed-run.js';
 import { type EngineClock, realClock } from './clock.js';
-import { jsonCodec, type OutcomeCodec } from './codec.js';
-import { IdempotencyError, inProgressError, isIdempotencyErrorInstance, storeFailureKind } from './errors.js';
 import { hashRecordId, type IdempotencyEvent } from './events.js';
 import { fingerprint } from './fingerprint.js';
 import { type Answer, guardStore } from './guarded-store.js';
-import { boundedRecordId, nameOfRecordId } from './key.js';
+import {
+  IdempotencyError,
+  inProgressError,
+  isIdempotencyErrorInstance,
+  storeFailureKind,
+} from './idempotency-error.js';
 import { decodeStored, markerOf } from './outcome.js';
+import { jsonCodec, type OutcomeCodec } from './outcome-codec.js';
 import { checkEngineOptions, checkTransaction, type ResolvedPolicy, resolvePolicy } from './policy.js';
-import { runClaimed } from './run-claimed.js';
+import { currentRun } from './protected-run.js';
+import { boundedRecordId, nameOfRecordId } from './record-id.js';
+import { runClaimed } from './run-under-claim.js';
 import type { EngineRuntime } from './runtime.js';
 import { unprotectedRun } from './steps.js';
 import type { IdempotencyStore } from './store.js';
@@ -24,7 +29,7 @@ import { claimOrWait } from './wait.js';
  * 1. Claim the key (`guarded-store.ts`: a timeout on every store operation, a
  *    deadline on every claim, each failure reported), or in `inFlight: 'wait'`
  *    mode wait for its holder (`wait.ts`).
- * 2. By the answer: run the operation under the claim (`run-claimed.ts`),
+ * 2. By the answer: run the operation under the claim (`run-under-claim.ts`),
  *    replay the stored outcome (`outcome.ts`), or refuse (409 in flight, 422
  *    another payload, 503 store unavailable, or run unprotected when failing open).
  * 3. After a run, `classify.ts` decides to store the outcome or give the key

@@ -1,5 +1,5 @@
 import * as crypto from 'node:crypto';
-import { IdempotencyError } from './errors.js';
+import { IdempotencyError } from './idempotency-error.js';
 
 /** Inputs nested deeper than this are refused rather than risk the stack. */
 export const MAX_FINGERPRINT_DEPTH = 512;

@@ -1,7 +1,7 @@
 import type { Attempt } from './attempt.js';
 import { realClock } from './clock.js';
-import { IdempotencyError, storeFailure } from './errors.js';
 import { describeError, type IdempotencyEvent } from './events.js';
+import { IdempotencyError, storeFailure } from './idempotency-error.js';
 import type {
   ClaimResult,
   CompleteInput,

@@ -1,4 +1,4 @@
-import { IdempotencyConfigError } from './errors.js';
+import { IdempotencyConfigError } from './idempotency-error.js';
 
 // Option checks shared by every factory (engine, policy, adapter, stores,
 // client). Each runs when a factory is called, never per request, and throws

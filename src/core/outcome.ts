@@ -1,5 +1,5 @@
-import type { OutcomeCodec } from './codec.js';
-import { IdempotencyError } from './errors.js';
+import { IdempotencyError } from './idempotency-error.js';
+import type { OutcomeCodec } from './outcome-codec.js';
 import type { ExecuteResult } from './types.js';
 
 /**

@@ -1,3 +1,4 @@
+import type { IdempotencyEventHandler } from './events.js';
 import {
   checkBoolean,
   checkFunction,
@@ -8,7 +9,6 @@ import {
   configError,
 } from './options.js';
 import type { IdempotencyStore } from './store.js';
-import type { IdempotencyEngineOptions } from './types.js';
 
 /** What happens to a request that finds its key held by a request still running. */
 export type InFlightPolicy = 'reject' | 'wait';
@@ -182,8 +182,20 @@ export function resolvePolicy(
   });
 }
 
+/**
+ * The engine's own fields of `IdempotencyEngineOptions`, named here because types.ts builds on this file
+ * (its options extend {@link IdempotencyPolicyOptions}) and must stay above it.
+ */
+interface EngineOwnOptions {
+  store: IdempotencyStore;
+  now?: () => number;
+  storeTimeout?: number;
+  retryAfter?: number;
+  onEvent?: IdempotencyEventHandler;
+}
+
 /** The engine's own options (the policy's are checked by {@link resolvePolicy}), with their defaults. */
-export function checkEngineOptions(options: IdempotencyEngineOptions & { store: IdempotencyStore }) {
+export function checkEngineOptions(options: EngineOwnOptions) {
   const where = 'idempotency options';
   const { store, now = Date.now, retryAfter = 1, onEvent } = options;
   checkStore(store);

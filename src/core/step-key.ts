@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { IdempotencyError } from './errors.js';
-import { hasLoneSurrogate } from './key.js';
+import { IdempotencyError } from './idempotency-error.js';
 import { describeValue } from './options.js';
+import { hasLoneSurrogate } from './record-id.js';
 
 // A step's name and the key it derives for its downstream call.
 

@@ -1,40 +1,10 @@
 import type { Attempt } from './attempt.js';
-import { IdempotencyError, inProgressError, retryable } from './errors.js';
+import { IdempotencyError, inProgressError, retryable } from './idempotency-error.js';
 import { describeValue } from './options.js';
 import type { EngineRuntime } from './runtime.js';
 import { checkStepName, deriveStepKey, stepKeyOf, stepMisuse } from './step-key.js';
 import type { RecordedStep, SaveStepResult } from './store.js';
-
-/**
- * Recovery points: `step(name, fn)` inside a protected operation.
- *
- * A step runs `fn` once per key. When it completes, its result is recorded in
- * the store (fenced by the holder's token) before the operation goes on. A
- * later holder of the same key (the retry that runs once a crashed holder's
- * claim expired, or after the key was released) gets each recorded step's
- * result back instead of running it again, and runs only the steps that never
- * completed. `stepKey(name)` derives a key for the step's downstream call, so
- * that a step interrupted inside that call is deduplicated downstream.
- */
-export interface IdempotencySteps {
-  /**
-   * Runs `fn` once for this key and records its result before the operation
-   * goes on; a retry that reaches this step after a crash gets the recorded
-   * result instead. Steps run one at a time, each awaited, with names unique
-   * in the operation; a retry must reach them in the same order.
-   * `fn` gets the step's derived `key` (see {@link stepKey}).
-   */
-  step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T>;
-  /**
-   * A key derived from this operation's identity (scope, name, client key)
-   * and the step's name: a UUID (version 8, from SHA-256), the same for every
-   * retry of the key. Pass it as the `Idempotency-Key` of the step's
-   * downstream call (a payment provider, another service protected by this
-   * library), so that a step interrupted in the middle of that call is not
-   * run twice downstream.
-   */
-  stepKey(name: string): string;
-}
+import type { IdempotencySteps } from './types.js';
 
 /**
  * The `step` event of a step that finished, timed from `started` (the engine clock's `now()` time; a resumed

@@ -5,7 +5,12 @@
  * the `trpc-idempotency` CLI on top of it) does, and adds the guards and the
  * events. Times are the store's own clock, in ms since the epoch.
  */
-import type { RecordState } from './store.js';
+
+/**
+ * A record's state as the engine sees it. `in_progress` is a live claim. Kept here, not in store.ts: the
+ * store contract includes this admin (`IdempotencyStore.admin`), so this file sits below it.
+ */
+export type RecordState = 'in_progress' | 'completed' | 'failed';
 
 /** One record as a listing shows it (see {@link StoreAdmin.list}). */
 export interface RecordSummary {

@@ -11,9 +11,6 @@
 
 import type { StoreAdmin } from './store-admin.js';
 
-/** A record's state as the engine sees it. `in_progress` is a live claim. */
-export type RecordState = 'in_progress' | 'completed' | 'failed';
-
 export interface ClaimInput {
   /** The record's identity (scope, operation name, client key), escaped. */
   id: string;

@@ -1,7 +1,6 @@
-import type { OutcomeCodec } from './codec.js';
 import type { IdempotencyEvent, IdempotencyEventHandler } from './events.js';
+import type { OutcomeCodec } from './outcome-codec.js';
 import type { IdempotencyPolicyOptions, ResolvedPolicy } from './policy.js';
-import type { IdempotencySteps } from './steps.js';
 import type { IdempotencyStore } from './store.js';
 
 // The engine's public types: its options, what it runs, and what it returns.
@@ -32,6 +31,37 @@ export interface IdempotencyEngineOptions extends IdempotencyPolicyOptions {
    * @default Date.now
    */
   now?: () => number;
+}
+
+/**
+ * Recovery points: `step(name, fn)` inside a protected operation.
+ *
+ * A step runs `fn` once per key. When it completes, its result is recorded in
+ * the store (fenced by the holder's token) before the operation goes on. A
+ * later holder of the same key (the retry that runs once a crashed holder's
+ * claim expired, or after the key was released) gets each recorded step's
+ * result back instead of running it again, and runs only the steps that never
+ * completed. `stepKey(name)` derives a key for the step's downstream call, so
+ * that a step interrupted inside that call is deduplicated downstream.
+ */
+export interface IdempotencySteps {
+  /**
+   * Runs `fn` once for this key and records its result before the operation
+   * goes on; a retry that reaches this step after a crash gets the recorded
+   * result instead. Steps run one at a time, each awaited, with names unique
+   * in the operation; a retry must reach them in the same order.
+   * `fn` gets the step's derived `key` (see {@link stepKey}).
+   */
+  step<T>(name: string, fn: (step: { key: string }) => T | Promise<T>): Promise<T>;
+  /**
+   * A key derived from this operation's identity (scope, name, client key)
+   * and the step's name: a UUID (version 8, from SHA-256), the same for every
+   * retry of the key. Pass it as the `Idempotency-Key` of the step's
+   * downstream call (a payment provider, another service protected by this
+   * library), so that a step interrupted in the middle of that call is not
+   * run twice downstream.
+   */
+  stepKey(name: string): string;
 }
 
 /** What the operation receives: its signal, its transaction, and its steps (see {@link IdempotencySteps}). */

@@ -1,9 +1,9 @@
 import { configError, describeValue } from '../core/options.js';
-import { createIdempotencyEngine } from '../stores/default-engine.js';
-import { trpcCodec } from './codec.js';
+import { createIdempotencyEngine } from '../default-engine.js';
 import { checkOptions, procedureOptions, type WithIdempotencyOptions } from './options.js';
 import { outputParsersOf } from './output.js';
 import { type AdapterConfig, idempotentResolver } from './request.js';
+import { trpcCodec } from './transformer-codec.js';
 import { routerTransformer } from './transformer-shim.js';
 
 /**

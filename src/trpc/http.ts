@@ -1,4 +1,4 @@
-import { IdempotencyError } from '../core/errors.js';
+import { IdempotencyError } from '../core/idempotency-error.js';
 
 /**
  * Reading the key from, and writing headers to, the HTTP request behind a tRPC

@@ -1,5 +1,5 @@
 import type { TRPCCombinedDataTransformer } from '@trpc/server';
-import { IdempotencyConfigError } from '../core/errors.js';
+import { IdempotencyConfigError } from '../core/idempotency-error.js';
 import { checkBoolean, checkFunction, checkHeaderName, configError, describeValue } from '../core/options.js';
 import type { IdempotencyPolicyOptions } from '../core/policy.js';
 import type { IdempotencyEngine, IdempotencyEngineOptions } from '../core/types.js';

@@ -1,4 +1,4 @@
-import type { OutcomeCodec } from '../core/codec.js';
+import type { OutcomeCodec } from '../core/outcome-codec.js';
 
 /**
  * `.output()` parsers, applied before an outcome is stored. tRPC runs them

@@ -1,12 +1,12 @@
 import { getTRPCErrorFromUnknown, TRPCError } from '@trpc/server';
-import { currentRun } from '../core/claimed-run.js';
-import type { OutcomeCodec } from '../core/codec.js';
-import { IdempotencyError, isIdempotencyErrorInstance } from '../core/errors.js';
-import { parseIdempotencyKey } from '../core/key.js';
+import { IdempotencyError, isIdempotencyErrorInstance } from '../core/idempotency-error.js';
 import { describeValue } from '../core/options.js';
+import type { OutcomeCodec } from '../core/outcome-codec.js';
 import type { ResolvedPolicy } from '../core/policy.js';
+import { currentRun } from '../core/protected-run.js';
+import { parseIdempotencyKey } from '../core/record-id.js';
 import type { ExecuteResult, IdempotencyEngine, RunOptions } from '../core/types.js';
-import { toTRPCError } from './errors.js';
+import { toTRPCError } from './error-shape.js';
 import { batchOf, hasRequestHeaders, isWebSocket, readKeyHeader, setResponseHeader } from './http.js';
 import type { WithIdempotencyOptions } from './options.js';
 import { type OutputMiddleware, outputStage } from './output.js';

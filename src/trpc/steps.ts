@@ -1,7 +1,6 @@
-import { IdempotencyError } from '../core/errors.js';
+import { IdempotencyError } from '../core/idempotency-error.js';
 import { signalGetter } from '../core/signal-getter.js';
-import type { IdempotencySteps } from '../core/steps.js';
-import type { RunOptions } from '../core/types.js';
+import type { IdempotencySteps, RunOptions } from '../core/types.js';
 
 // The resolver's `signal` is the claim's, read through (see signalGetter) from
 // the run that `steps(opts)` finds.

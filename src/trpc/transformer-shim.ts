@@ -7,8 +7,8 @@
 import type { TRPCCombinedDataTransformer } from '@trpc/server';
 
 import { configError, describeValue } from '../core/options.js';
-import { isIdentity } from './codec.js';
 import type { DataTransformerOption } from './options.js';
+import { isIdentity } from './transformer-codec.js';
 
 /**
  * The transformer results are stored through: the builder's, or, before

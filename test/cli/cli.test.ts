@@ -20,7 +20,7 @@ import { createIdempotencyEngine, type IdempotencyStore, recordId } from '../../
 import { drizzleStore } from '../../src/drizzle.js';
 import { withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
+import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle/embedded-migrations.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { claimWithSteps } from '../helpers/records.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';

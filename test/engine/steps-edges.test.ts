@@ -17,7 +17,7 @@ import {
   steps,
   withIdempotency,
 } from '../../src/index.js';
-import { trpcCodec } from '../../src/trpc/codec.js';
+import { trpcCodec } from '../../src/trpc/transformer-codec.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { createClient, rejectionOf, type Seen, startServer, type TestServer } from '../helpers/trpc.js';
 

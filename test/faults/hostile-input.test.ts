@@ -24,7 +24,7 @@ import {
   withIdempotency,
 } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import { memoryStore } from '../../src/stores/memory.js';
+import { memoryStore } from '../../src/stores/memory/store.js';
 import { rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { commandCalls, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';
 import { createClient, rejectionOf, startServer, type TestServer } from '../helpers/trpc.js';

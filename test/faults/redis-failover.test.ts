@@ -50,7 +50,7 @@ import { Cluster, Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { recordId } from '../../src/core.js';
 import { type RedisStore, type RedisStoreOptions, redisStore } from '../../src/redis.js';
-import { keySlot } from '../../src/stores/redis-fence.js';
+import { keySlot } from '../../src/stores/redis/fence.js';
 import { amountOf, type CallResult, type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { sleep } from '../helpers/redis.js';
 import { type KillOptions, startClusterWithReplicas, startSentinelSet } from '../helpers/redis-topology.js';

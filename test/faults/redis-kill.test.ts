@@ -11,7 +11,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { COMPLETE } from '../../src/stores/redis-scripts.js';
+import { COMPLETE } from '../../src/stores/redis/scripts.js';
 import { type PayApp, pay, retryUntilAnswered, startPayApp } from '../fixtures/pay-app.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { startTriggerProxy, type TriggerMode, type TriggerProxy } from '../helpers/trigger-proxy.js';

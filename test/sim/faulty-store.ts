@@ -12,7 +12,7 @@ import type {
   IdempotencyStore,
   SaveStepInput,
 } from '../../src/core/store.js';
-import type { MemoryStore } from '../../src/stores/memory.js';
+import type { MemoryStore } from '../../src/stores/memory/store.js';
 
 /**
  * What happens to one store call. `delay`: ms on the way to the store (past storeTimeout, it is

@@ -3,7 +3,7 @@
  * the docs that promises it. {@link check} returns the violations (empty: all held) and the
  * documented causes of the second runs it allowed, counted for the report.
  */
-import { isIdempotencyErrorInstance } from '../../src/core/errors.js';
+import { isIdempotencyErrorInstance } from '../../src/core/idempotency-error.js';
 import { confirmed } from './faulty-store.js';
 import { durationOf, type Outcome, processName, type Run, recordIdOf, stepsOf } from './world.js';
 

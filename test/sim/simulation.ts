@@ -10,7 +10,7 @@ import type { Scheduler } from 'fast-check';
 import { createEngine } from '../../src/core/engine.js';
 import { hashRecordId } from '../../src/core/events.js';
 import type { IdempotencyEngine } from '../../src/core/types.js';
-import { type MemoryStore, memoryStore } from '../../src/stores/memory.js';
+import { type MemoryStore, memoryStore } from '../../src/stores/memory/store.js';
 import { describeFault, type Fault, faultyStore, OK, resetCalls } from './faulty-store.js';
 import { Timeline } from './timeline.js';
 import {

@@ -3,7 +3,7 @@
  * leaves behind for invariants.ts to judge.
  */
 import type { IdempotencyEvent } from '../../src/core/events.js';
-import { boundedRecordId } from '../../src/core/key.js';
+import { boundedRecordId } from '../../src/core/record-id.js';
 import type { ExecuteResult } from '../../src/core/types.js';
 import type { Fault } from './faulty-store.js';
 

@@ -8,7 +8,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { idempotencyAdmin, type ListInput, type RecordSummary, recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
-import { LIST, LIST_IN_PROGRESS } from '../../src/stores/drizzle-admin.js';
+import { LIST, LIST_IN_PROGRESS } from '../../src/stores/drizzle/admin.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { claimWithSteps } from '../helpers/records.js';
 import { sleep } from '../helpers/redis.js';

@@ -19,7 +19,7 @@ import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as drizzleMigratePglite } from 'drizzle-orm/pglite/migrator';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IdempotencyConfigError } from '../../src/core/errors.js';
+import { IdempotencyConfigError } from '../../src/core/idempotency-error.js';
 import { drizzleStore, migrateIdempotencyKeys } from '../../src/drizzle.js';
 import { DATABASE_URL, MIGRATIONS, MIGRATIONS_TABLE } from '../helpers/postgres.js';
 

@@ -1,5 +1,5 @@
 /**
- * src/stores/drizzle-migrations.ts carries the migrations of drizzle/ in the code, so that
+ * src/stores/drizzle/embedded-migrations.ts carries the migrations of drizzle/ in the code, so that
  * migrateIdempotencyKeys needs no folder (a bundle has moved the code away from it): it must be
  * what Drizzle's migrator reads from drizzle/, entry for entry (tag, `when`, hash, SQL text).
  * When drizzle-kit has generated a migration, write the module again with
@@ -10,10 +10,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { describe, expect, it } from 'vitest';
-import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle-migrations.js';
+import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle/embedded-migrations.js';
 import { MIGRATIONS } from '../helpers/postgres.js';
 
-const MODULE = fileURLToPath(new URL('../../src/stores/drizzle-migrations.ts', import.meta.url));
+const MODULE = fileURLToPath(new URL('../../src/stores/drizzle/embedded-migrations.ts', import.meta.url));
 
 /** drizzle/ as Drizzle's migrator reads it, with each entry's tag from the journal. */
 function folder() {

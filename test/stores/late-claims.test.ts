@@ -10,7 +10,7 @@ import { createClient } from 'redis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent } from '../../src/index.js';
 import { type RedisClient, redisStore } from '../../src/redis.js';
-import { CLAIM } from '../../src/stores/redis-scripts.js';
+import { CLAIM } from '../../src/stores/redis/scripts.js';
 import { startPipe } from '../helpers/proxy.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { watchedStore } from '../helpers/store-calls.js';

@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ListInput, type RecordSummary, recordId, type StoreAdmin } from '../../src/core.js';
 import { type RedisStore, redisStore } from '../../src/redis.js';
-import { globEscape } from '../../src/stores/redis-admin.js';
+import { globEscape } from '../../src/stores/redis/admin.js';
 import { claimWithSteps } from '../helpers/records.js';
 import { deleteByPrefix, REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { commandCalls, delta, type PrivateRedis, startPrivateRedis } from '../helpers/redis-server.js';

@@ -9,11 +9,11 @@
 import { randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { recordId } from '../../src/core/key.js';
+import { recordId } from '../../src/core/record-id.js';
 import { createIdempotencyEngine } from '../../src/index.js';
 import { type RedisStore, redisStore } from '../../src/redis.js';
-import { connectionOf } from '../../src/stores/redis-client.js';
-import { fenceMarkers, keySlot } from '../../src/stores/redis-fence.js';
+import { connectionOf } from '../../src/stores/redis/client.js';
+import { fenceMarkers, keySlot } from '../../src/stores/redis/fence.js';
 import { type ControlledRedis, startControlledRedis } from '../helpers/redis-process.js';
 import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
 

@@ -11,9 +11,9 @@ import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, IdempotencyConfigError } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
-import type { RedisClient } from '../../src/stores/redis-client.js';
-import { keySlot } from '../../src/stores/redis-fence.js';
-import { CLAIM } from '../../src/stores/redis-scripts.js';
+import type { RedisClient } from '../../src/stores/redis/client.js';
+import { keySlot } from '../../src/stores/redis/fence.js';
+import { CLAIM } from '../../src/stores/redis/scripts.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import {
   commandCalls,

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { hashRecordId } from '../../src/core/events.js';
-import { scopeOfRecordId } from '../../src/core/key.js';
+import { scopeOfRecordId } from '../../src/core/record-id.js';
 import { createIdempotencyEngine, type IdempotencyEvent, recordId, retryable } from '../../src/core.js';
 import { type MemoryStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';

@@ -5,10 +5,10 @@
 import { TRPCError } from '@trpc/server';
 import { describe, expect, it } from 'vitest';
 import { classify, type Outcome, type Settlement } from '../../src/core/classify.js';
-import { jsonCodec } from '../../src/core/codec.js';
-import { retryable } from '../../src/core/errors.js';
+import { retryable } from '../../src/core/idempotency-error.js';
 import { TOO_LARGE_BODY, UNREPLAYABLE_BODY } from '../../src/core/outcome.js';
-import { trpcCodec } from '../../src/trpc/codec.js';
+import { jsonCodec } from '../../src/core/outcome-codec.js';
+import { trpcCodec } from '../../src/trpc/transformer-codec.js';
 
 const codec = trpcCodec(undefined);
 const cyclic: Record<string, unknown> = {};

@@ -16,7 +16,7 @@ import {
   saveStep,
   type Transition,
 } from '../../src/core/protocol/record.js';
-import { memoryStore } from '../../src/stores/memory.js';
+import { memoryStore } from '../../src/stores/memory/store.js';
 
 const id = 'scope:op:key';
 const claimOf = (token: string, fingerprint = 'f1') => ({ id, token, fingerprint, lockTtl: 100 });

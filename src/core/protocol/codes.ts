@@ -1,11 +1,12 @@
 /**
  * The codes the stores' scripts reply with, named once. The Redis scripts
- * interpolate them into their Lua (redis-scripts.ts) and redis.ts and
- * redis-admin.ts decode the replies through the same tables, so the Lua and
+ * interpolate them into their Lua (stores/redis/scripts.ts) and the store and
+ * its admin (stores/redis/store.ts, admin.ts) decode the replies through the same tables, so the Lua and
  * the TypeScript cannot disagree on a letter. (The PostgreSQL statements keep
  * the states by their names, `RecordState`, and answer in named columns.)
  */
-import type { CompleteResult, RecordState, SaveStepResult } from '../store.js';
+import type { CompleteResult, SaveStepResult } from '../store.js';
+import type { RecordState } from '../store-admin.js';
 
 /** A record's state as Redis keeps it (the record hash's field `s`), and as a claim that finds it replies. */
 export const STATE_CODE = { in_progress: 'p', completed: 'c', failed: 'f' } as const satisfies Record<

@@ -2,8 +2,8 @@
  * The record's rules, once: what each store operation does to the record and
  * the steps kept under one id, and what it answers, as pure functions of what
  * is kept, the operation's input and the store's clock (no Map, no timer, no
- * I/O). The memory store is a Map over them (memory.ts); the Redis scripts
- * (redis-scripts.ts) and the PostgreSQL statements (drizzle-statements.ts)
+ * I/O). The memory store is a Map over them (stores/memory/store.ts); the Redis scripts
+ * (stores/redis/scripts.ts) and the PostgreSQL statements (stores/drizzle/statements.ts)
  * carry the same rules in Lua and SQL, and reply in the vocabulary of codes.ts.
  * The operator's reads are in reads.ts.
  *
@@ -22,10 +22,10 @@ import type {
   ExtendInput,
   FencedInput,
   RecordedStep,
-  RecordState,
   SaveStepInput,
   SaveStepResult,
 } from '../store.js';
+import type { RecordState } from '../store-admin.js';
 
 /**
  * A record: a claim in progress or a finished outcome. `meta` is what a store

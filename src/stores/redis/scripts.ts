@@ -6,7 +6,7 @@ import {
   SAVE_STEP_REPLY,
   SEEN_STATE_CODE,
   STATE_CODE,
-} from '../core/protocol/codes.js';
+} from '../../core/protocol/codes.js';
 
 /**
  * The Redis store's state transitions, one atomic script each.
@@ -23,7 +23,7 @@ import {
  *      clock (kept once finished; absent on records of versions before it)
  *   l  the lockTtl of the claim's last take or renewal: with the TTL, when it was last
  *      renewed (left on a finished record, where it means nothing). Both are for operators
- *      (redis-admin.ts).
+ *      (admin.ts).
  * Expiry is the key's own TTL: lockTtl while in progress, ttl once finished.
  *
  * The steps an operation recorded (see SAVE_STEP) are a second hash beside it,
@@ -287,7 +287,7 @@ export const FENCED: RedisScripts = {
 
 export const { CLAIM, COMPLETE, RELEASE, EXTEND, SAVE_STEP } = UNFENCED;
 
-// The operator's scripts (redis-admin.ts): reads, and a delete of a record as the operator saw
+// The operator's scripts (admin.ts): reads, and a delete of a record as the operator saw
 // it. None of them touches the restart fence's marker, with the fence or without.
 
 /** The part of a record an operator reads: Redis's clock, the fields, the TTL and the outcome's size. */

@@ -1,6 +1,6 @@
-import type { RedisConnection } from './redis-client.js';
+import type { RedisConnection } from './client.js';
 
-// Where the restart fence's markers live (see FENCE in redis-scripts.ts): one
+// Where the restart fence's markers live (see FENCE in scripts.ts): one
 // per Redis on a single node or Sentinel, one per slot on a Cluster, since a
 // script may only touch keys of its record's slot and each master can lose its
 // data alone.

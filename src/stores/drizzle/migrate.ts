@@ -1,9 +1,9 @@
 import { is, sql } from 'drizzle-orm';
 import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
-import { IdempotencyConfigError } from '../core/errors.js';
-import { describeValue } from '../core/options.js';
-import { PACKAGE_MIGRATIONS } from './drizzle-migrations.js';
-import { rowsOf } from './drizzle-statements.js';
+import { IdempotencyConfigError } from '../../core/idempotency-error.js';
+import { describeValue } from '../../core/options.js';
+import { PACKAGE_MIGRATIONS } from './embedded-migrations.js';
+import { rowsOf } from './statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 

@@ -1,4 +1,4 @@
-import { IdempotencyError } from './errors.js';
+import { IdempotencyError } from './idempotency-error.js';
 import { describeValue } from './options.js';
 import { byteLengthExceeds } from './outcome.js';
 

@@ -1,6 +1,6 @@
 import type { TRPC_ERROR_CODE_KEY } from '@trpc/server';
 import { TRPCError } from '@trpc/server';
-import { findIdempotencyError, type IdempotencyError, type IdempotencyErrorReason } from '../core/errors.js';
+import { findIdempotencyError, type IdempotencyError, type IdempotencyErrorReason } from '../core/idempotency-error.js';
 
 /** The tRPC code (and so the HTTP status) of each reason. */
 const CODES: Record<IdempotencyErrorReason, TRPC_ERROR_CODE_KEY> = {

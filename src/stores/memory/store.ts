@@ -1,5 +1,4 @@
-import { scopeOfRecordId } from '../core/key.js';
-import { checkFunction, checkTimerMs, checkWholeNumber } from '../core/options.js';
+import { checkFunction, checkTimerMs, checkWholeNumber } from '../../core/options.js';
 import {
   acquiredAnswer,
   claimed,
@@ -16,7 +15,8 @@ import {
   type StoredRecord,
   saveStepVerdict,
   until,
-} from '../core/protocol/record.js';
+} from '../../core/protocol/record.js';
+import { scopeOfRecordId } from '../../core/record-id.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -28,11 +28,11 @@ import type {
   RecordedStep,
   SaveStepInput,
   SaveStepResult,
-} from '../core/store.js';
-import type { StoreAdmin } from '../core/store-admin.js';
-import { KeyedListeners } from './listeners.js';
-import { memoryAdmin } from './memory-admin.js';
-import { ScopeShares, type ScopeUsage } from './memory-shares.js';
+} from '../../core/store.js';
+import type { StoreAdmin } from '../../core/store-admin.js';
+import { KeyedListeners } from '../listeners.js';
+import { memoryAdmin } from './admin.js';
+import { ScopeShares, type ScopeUsage } from './shares.js';
 
 // What an entry and a step count besides their characters (see maxBytes): roughly the heap taken by
 // the objects, Map slots and string headers around them.
@@ -129,7 +129,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const listeners = new KeyedListeners();
   const evictionListeners = new Set<(id: string, what: 'outcome' | 'steps') => void>();
 
-  // Usage, in total and per scope, and which entry goes first (memory-shares.ts).
+  // Usage, in total and per scope, and which entry goes first (shares.ts).
   const shares = new ScopeShares<Entry>(maxEntries, maxBytes);
 
   function drop(id: string, rec: MemoryRecord) {

@@ -1,6 +1,6 @@
-import { nameOfRecordId } from '../core/key.js';
-import { claimedBefore, forgetVerdict, inspect, summary } from '../core/protocol/reads.js';
-import type { StoredRecord, StoredSteps } from '../core/protocol/record.js';
+import { claimedBefore, forgetVerdict, inspect, summary } from '../../core/protocol/reads.js';
+import type { StoredRecord, StoredSteps } from '../../core/protocol/record.js';
+import { nameOfRecordId } from '../../core/record-id.js';
 import type {
   ForgetInput,
   InspectInput,
@@ -9,7 +9,7 @@ import type {
   RecordInfo,
   RecordSummary,
   StoreAdmin,
-} from '../core/store-admin.js';
+} from '../../core/store-admin.js';
 
 /** The memory store's internals its admin needs: live reads (which drop what expired) and deletes. */
 export interface MemoryInternals<R extends StoredRecord<unknown>> {

@@ -1,7 +1,7 @@
 import { AsyncResource } from 'node:async_hooks';
-import { storeFailure } from '../core/errors.js';
-import type { RedisCommand, RedisConnection, Settled } from './redis-client.js';
-import type { RedisScript } from './redis-scripts.js';
+import { storeFailure } from '../../core/idempotency-error.js';
+import type { RedisCommand, RedisConnection, Settled } from './client.js';
+import type { RedisScript } from './scripts.js';
 
 // How the Redis store sends its scripts (EVALSHA, batched), and reads a client's error as an outage or a fault.
 

@@ -1,8 +1,8 @@
 import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { currentRun } from '../core/claimed-run.js';
-import { IdempotencyConfigError, storeFailure } from '../core/errors.js';
-import { checkWholeNumber } from '../core/options.js';
+import { IdempotencyConfigError, storeFailure } from '../../core/idempotency-error.js';
+import { checkWholeNumber } from '../../core/options.js';
+import { currentRun } from '../../core/protected-run.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -14,10 +14,10 @@ import type {
   SaveStepInput,
   SaveStepResult,
   StoreTransaction,
-} from '../core/store.js';
-import type { StoreAdmin } from '../core/store-admin.js';
-import { drizzleAdmin } from './drizzle-admin.js';
-import { isConflict, isPreparedStatementMiss, sanitize } from './drizzle-errors.js';
+} from '../../core/store.js';
+import type { StoreAdmin } from '../../core/store-admin.js';
+import { drizzleAdmin } from './admin.js';
+import { isConflict, isPreparedStatementMiss, sanitize } from './driver-errors.js';
 import {
   CLAIM,
   COMPLETE,
@@ -34,7 +34,7 @@ import {
   rowsOf,
   SAVE_STEP,
   type Statement,
-} from './drizzle-statements.js';
+} from './statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 

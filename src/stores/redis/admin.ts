@@ -1,8 +1,8 @@
 /* biome-ignore-all lint/suspicious/noExplicitAny: a Cluster's masters are reached through the clients' own objects
    (ioredis's `nodes()`, node-redis's `masters` and `nodeClient()`), described by what is called on them */
 
-import { escapePart, nameOfRecordId } from '../core/key.js';
-import { byCode, DONE_REPLY, SEEN_STATE_CODE, STATE_CODE } from '../core/protocol/codes.js';
+import { byCode, DONE_REPLY, SEEN_STATE_CODE, STATE_CODE } from '../../core/protocol/codes.js';
+import { escapePart, nameOfRecordId } from '../../core/record-id.js';
 import type {
   ForgetInput,
   InspectInput,
@@ -11,13 +11,13 @@ import type {
   RecordInfo,
   RecordSummary,
   StoreAdmin,
-} from '../core/store-admin.js';
-import { EXPIRY_ROUNDING } from '../core/store-admin.js';
-import type { RedisClient, RedisCommand, RedisConnection } from './redis-client.js';
-import { scriptRunner } from './redis-script-runner.js';
-import { ADMIN } from './redis-scripts.js';
+} from '../../core/store-admin.js';
+import { EXPIRY_ROUNDING } from '../../core/store-admin.js';
+import type { RedisClient, RedisCommand, RedisConnection } from './client.js';
+import { scriptRunner } from './script-runner.js';
+import { ADMIN } from './scripts.js';
 
-// The Redis store's operator API: one script per record read or deleted (redis-scripts.ts), and
+// The Redis store's operator API: one script per record read or deleted (scripts.ts), and
 // SCAN for listings, master by master on a Cluster.
 
 const DEFAULT_LIMIT = 1_000;

@@ -4,7 +4,7 @@
 // What the Redis store needs of a client, the same for ioredis and node-redis: the store's code above
 // this file never sees which one it runs on.
 
-import { keySlot } from './redis-fence.js';
+import { keySlot } from './fence.js';
 
 /** An ioredis `Redis` (single node, Sentinel) or `Cluster`, ioredis 5 or 6, by what the store uses of it. */
 export interface IoRedisClient {

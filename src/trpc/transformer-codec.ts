@@ -1,7 +1,7 @@
 import { getTRPCErrorFromUnknown, type TRPCCombinedDataTransformer, TRPCError } from '@trpc/server';
 import { getHTTPStatusCodeFromError } from '@trpc/server/http';
-import type { OutcomeCodec } from '../core/codec.js';
 import { deserializeFaithfully, serializeFaithfully } from '../core/faithful-json.js';
+import type { OutcomeCodec } from '../core/outcome-codec.js';
 
 /**
  * 4xx statuses that release the key instead of being stored: they describe

@@ -1,4 +1,4 @@
-import { storeFailure } from '../core/errors.js';
+import { storeFailure } from '../../core/idempotency-error.js';
 
 // How the PostgreSQL store reads a driver's error: what it may say, whether it
 // is an outage, a conflict to run again, or a prepared statement the server lost.

@@ -1,9 +1,9 @@
 import type { Attempt } from './attempt.js';
-import { ClaimedRun, runAsCurrent } from './claimed-run.js';
 import { classify, type Settlement } from './classify.js';
-import { inProgressError } from './errors.js';
+import { inProgressError } from './idempotency-error.js';
 import { Lease } from './lease.js';
 import { markerError } from './outcome.js';
+import { ClaimedRun, runAsCurrent } from './protected-run.js';
 import type { EngineRuntime } from './runtime.js';
 import { settle } from './settle.js';
 import type { RecordedStep } from './store.js';

@@ -1,17 +1,17 @@
-import { escapePart } from '../core/key.js';
-import { checkWholeNumber } from '../core/options.js';
-import type { RecordState } from '../core/store.js';
+import { checkWholeNumber } from '../../core/options.js';
+import { escapePart } from '../../core/record-id.js';
 import type {
   ForgetInput,
   InspectInput,
   ListInput,
   ListPage,
   RecordInfo,
+  RecordState,
   RecordSummary,
   StoreAdmin,
-} from '../core/store-admin.js';
-import { EXPIRY_ROUNDING } from '../core/store-admin.js';
-import { decodeBody, ms, type Statement, statement } from './drizzle-statements.js';
+} from '../../core/store-admin.js';
+import { EXPIRY_ROUNDING } from '../../core/store-admin.js';
+import { decodeBody, ms, type Statement, statement } from './statements.js';
 
 // The PostgreSQL store's operator API (StoreAdmin): one statement per call,
 // prepared as the store's own, on the server's clock (statement_timestamp()).

@@ -3,8 +3,8 @@
  * plain `TRPCClientErrorLike` objects TanStack Query hands out, from any copy
  * of `@trpc/client`: fields are read by shape, never with `instanceof`.
  */
-import { type IdempotencyErrorReason, IN_PROGRESS_MESSAGE, retryAfterOfMessage } from '../core/errors.js';
-import type { IdempotencyErrorData } from '../trpc/errors.js';
+import { type IdempotencyErrorReason, IN_PROGRESS_MESSAGE, retryAfterOfMessage } from '../core/idempotency-error.js';
+import type { IdempotencyErrorData } from '../trpc/error-shape.js';
 
 export type { IdempotencyErrorData, IdempotencyErrorReason };
 

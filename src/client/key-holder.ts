@@ -1,6 +1,6 @@
-import { keyProblem, MAX_KEY_LENGTH } from '../core/key.js';
 import { checkFunction, configError } from '../core/options.js';
-import { keepsKey } from './errors.js';
+import { keyProblem, MAX_KEY_LENGTH } from '../core/record-id.js';
+import { keepsKey } from './failed-call.js';
 
 interface CryptoLike {
   randomUUID?: () => string;

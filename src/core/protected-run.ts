@@ -1,11 +1,12 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Attempt } from './attempt.js';
-import { IdempotencyError } from './errors.js';
+import { IdempotencyError } from './idempotency-error.js';
 import type { EngineRuntime } from './runtime.js';
 import { signalGetter } from './signal-getter.js';
 import { stepKeyOf } from './step-key.js';
-import { type IdempotencySteps, StepLog } from './steps.js';
+import { StepLog } from './steps.js';
 import type { RecordedStep } from './store.js';
+import type { IdempotencySteps } from './types.js';
 
 /** What a protected operation can reach from anywhere in its run. */
 export interface ProtectedRun extends IdempotencySteps {

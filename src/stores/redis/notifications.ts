@@ -1,5 +1,5 @@
-import { KeyedListeners, type SettledListener } from './listeners.js';
-import type { RedisConnection } from './redis-client.js';
+import { KeyedListeners, type SettledListener } from '../listeners.js';
+import type { RedisConnection } from './client.js';
 
 /**
  * Where the client does not report its subscriber connection's losses (a Cluster, a node-redis Sentinel

@@ -1,4 +1,4 @@
-import { configError, describeValue } from '../core/options.js';
+import { configError, describeValue } from '../../core/options.js';
 import {
   byCode,
   CLAIM_REPLY,
@@ -6,7 +6,7 @@ import {
   DONE_REPLY,
   SAVE_STEP_REPLY,
   STATE_CODE,
-} from '../core/protocol/codes.js';
+} from '../../core/protocol/codes.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -18,15 +18,15 @@ import type {
   RecordedSteps,
   SaveStepInput,
   SaveStepResult,
-} from '../core/store.js';
-import type { StoreAdmin } from '../core/store-admin.js';
-import type { SettledListener } from './listeners.js';
-import { redisAdmin } from './redis-admin.js';
-import { connectionOf, type RedisClient } from './redis-client.js';
-import { fenceMarkers } from './redis-fence.js';
-import { settledNotifications } from './redis-notifications.js';
-import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './redis-script-runner.js';
-import { FENCED, UNFENCED } from './redis-scripts.js';
+} from '../../core/store.js';
+import type { StoreAdmin } from '../../core/store-admin.js';
+import type { SettledListener } from '../listeners.js';
+import { redisAdmin } from './admin.js';
+import { connectionOf, type RedisClient } from './client.js';
+import { fenceMarkers } from './fence.js';
+import { settledNotifications } from './notifications.js';
+import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './script-runner.js';
+import { FENCED, UNFENCED } from './scripts.js';
 
 export interface RedisStoreOptions {
   /**
@@ -79,7 +79,7 @@ export interface RedisStore extends IdempotencyStore {
    * claims on a new Redis wait one lockTtl.
    */
   initialize(): Promise<{ written: number }>;
-  /** The operator's reads and deletes (inspect, list by SCAN, forget): see redis-admin.ts. */
+  /** The operator's reads and deletes (inspect, list by SCAN, forget): see admin.ts. */
   readonly admin: StoreAdmin;
 }
 
@@ -88,7 +88,7 @@ const CLAIMED = byCode(CLAIM_REPLY);
 const COMPLETED = byCode(COMPLETE_REPLY);
 const SAVED = byCode(SAVE_STEP_REPLY);
 
-/** The steps hash (see redis-scripts.ts) from HGETALL's flat list of fields and values. */
+/** The steps hash (see scripts.ts) from HGETALL's flat list of fields and values. */
 function parseSteps(flat: unknown): RecordedSteps {
   const fields = new Map<string, string>();
   const list = flat as string[];

@@ -1,4 +1,4 @@
-import type { RecordedSteps } from '../core/store.js';
+import type { RecordedSteps } from '../../core/store.js';
 
 // The PostgreSQL store's SQL: each statement, its parameters by name, and how
 // values cross it (bodies without NUL, whole milliseconds, rows of any driver).
@@ -77,7 +77,7 @@ const LOCK_TTL = (param: string): string => `case when ${param}::float8 <= 21474
  *
  * A claim that takes the row sets `created_at` to its time (a token's own
  * claim sent again keeps it) and `lock_ttl` to its lease (the operator's
- * view, see drizzle-admin.ts); it also reads the steps recorded under its id
+ * view, see admin.ts); it also reads the steps recorded under its id
  * (`idempotency_steps`), as a JSON array of [name, body, fingerprint], in order.
  *
  * $1 id, $2 fingerprint, $3 token, $4 lockTtl (ms),
@@ -230,5 +230,5 @@ const purge = (table: string, key: string) =>
     false,
   );
 export const PURGE = purge('idempotency_keys', 'id');
-/** Deletes up to $1 expired steps (see drizzle-schema.ts), as PURGE does rows. */
+/** Deletes up to $1 expired steps (see schema.ts), as PURGE does rows. */
 export const PURGE_STEPS = purge('idempotency_steps', 'id, seq');

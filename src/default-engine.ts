@@ -1,6 +1,6 @@
-import { createEngine } from '../core/engine.js';
-import type { IdempotencyEngine, IdempotencyEngineOptions } from '../core/types.js';
-import { memoryStore } from './memory.js';
+import { createEngine } from './core/engine.js';
+import type { IdempotencyEngine, IdempotencyEngineOptions } from './core/types.js';
+import { memoryStore } from './stores/memory/store.js';
 
 /**
  * Creates the framework-agnostic engine. The tRPC adapter is built on it, and
