@@ -34,7 +34,7 @@ export function agrees(answer: unknown, model: unknown, ctx: Context): boolean {
       const modelIn = widened === undefined ? undefined : widened - ctx.extra;
       if (JSON.stringify(real) !== JSON.stringify(oracle)) return false;
       // src/core/store.ts (ClaimResult, in_progress): `expiresIn` is given to a waiting claim by a store that
-      // notifies; PostgreSQL does not. src/stores/redis-scripts.ts (CLAIM): a waiting claim with another
+      // notifies; PostgreSQL does not. src/stores/redis/scripts.ts (CLAIM): a waiting claim with another
       // fingerprint "is refused, it never waits", so Redis gives it no expiresIn; the memory store does.
       if (!ctx.notifies) return realIn === undefined;
       const fingerprint = (oracle as { fingerprint?: string }).fingerprint;
@@ -53,8 +53,8 @@ export function agrees(answer: unknown, model: unknown, ctx: Context): boolean {
       };
       if (rest(real) !== rest(oracle)) return false;
       // An outcome stored by a completion that found no live claim of its token: Redis gives no claim time
-      // (src/stores/redis-scripts.ts, COMPLETE sets no `c` on a record it creates), the memory store the
-      // completion's, PostgreSQL the expired claim's if its row was still there (drizzle-statements.ts, COMPLETE
+      // (src/stores/redis/scripts.ts, COMPLETE sets no `c` on a record it creates), the memory store the
+      // completion's, PostgreSQL the expired claim's if its row was still there (src/stores/drizzle/statements.ts, COMPLETE
       // keeps created_at for the same token). src/core/store-admin.ts (claimedAt) allows each: "Absent when the
       // store does not know"; none knows more than that no claim was live.
       const unknown = ctx.claimless && oracle.state !== 'in_progress';

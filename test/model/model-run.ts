@@ -41,7 +41,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import fc from 'fast-check';
 import { it } from 'vitest';
-import { recordId } from '../../src/core/key.js';
+import { recordId } from '../../src/core/record-id.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
 import type { RecordInfo } from '../../src/core/store-admin.js';
 import { aimed, IDS, type Names, opOf, type Spec, showSpec, specArbitrary, TOKENS } from './commands.js';
@@ -344,9 +344,10 @@ class Run {
   }
 
   /**
-   * PostgreSQL answers a refused completion by reading the record again (src/stores/drizzle.ts, `complete`: "A row
-   * committed after that statement began may be invisible here; it can only be another claim's, so no row reads as
-   * held"): an outcome that expires between the two statements reads as `held`, not `finished`. Accepted where the
+   * PostgreSQL answers a refused completion by reading the record again (src/stores/drizzle/store.ts, `complete`: "No
+   * live row: the one that refused expired since (the completion is sent again, once), or it is another claim's,
+   * committed after that statement began and invisible here: held"): an outcome that expires between the statements
+   * twice reads as `held`, not `finished`. Accepted where the
    * oracle, in the call's window, answers `finished` and then, past the outcome's expiry, `stored`: the completion
    * changed nothing (the oracle's `finished`), and the engine retries a `held` completion.
    */
