@@ -3,12 +3,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { createIdempotencyEngine, type IdempotencyEvent, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { startTcpProxy } from '../helpers/proxy.js';
-import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
+import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { gate } from '../helpers/trpc.js';
+import { elapse, useRealTime, useVirtualTime, virtualEngine } from '../helpers/virtual-time.js';
 
 const redis = connectRedis();
 const prefix = uniquePrefix('engine');
@@ -75,14 +76,16 @@ describe('engine outside tRPC', () => {
     const store = memoryStore({ now: () => time });
     const events: IdempotencyEvent[] = [];
     const engine = createIdempotencyEngine({ store, lockTtl: 30_000, onEvent: (e) => events.push(e) });
+    const running = gate();
     const stalled = gate();
     const input = { key: 'k1', name: 'transfer', payload: { amount: 5 } };
 
     const a = engine.run(input, async () => {
+      running.open();
       await stalled.opened; // a long GC pause or a frozen VM
       return 'from A';
     });
-    await sleep(10);
+    await running.opened;
     time += 31_000; // A's claim expires without renewal
     const b = await engine.run(input, async () => 'from B');
     expect(b).toEqual({ value: 'from B', replayed: false });
@@ -97,20 +100,14 @@ describe('engine outside tRPC', () => {
     const store = redisStore({ client: redis, prefix });
     const engine = createIdempotencyEngine({ store, lockTtl: 300, onEvent: (e) => events.push(e) });
     const key = randomUUID();
-    let abortedAfterMs: number | undefined;
     const run = engine.run({ key, name: 'slow', payload: {} }, async ({ signal }) => {
-      const started = Date.now();
       // Someone deletes the record (an operator, a restart of Redis): the claim is gone.
       await redis.del(store.keyOf(`:slow:${key}`));
-      await new Promise<void>((resolve) => {
-        signal.addEventListener('abort', () => resolve());
-        setTimeout(resolve, 3_000).unref();
-      });
-      abortedAfterMs = signal.aborted ? Date.now() - started : undefined;
+      // the next renewal (lockTtl / 3 later) finds it gone
+      await expect.poll(() => signal.aborted, { timeout: 3_000 }).toBe(true);
       return 'finished anyway';
     });
     await expect(run).resolves.toMatchObject({ value: 'finished anyway' });
-    expect(abortedAfterMs).toBeDefined();
     expect(events.map((e) => e.result)).toContain('lease_lost');
   });
 
@@ -153,7 +150,13 @@ describe('a slow store', () => {
     await slowClient.ping();
     proxy.setDelay(400);
     const store = redisStore({ client: slowClient, prefix });
-    const engine = createIdempotencyEngine({ store, storeTimeout: 100, lockTtl: 30_000 });
+    // the late claim's release, whose answer the test waits for
+    const releaseAnswered = gate();
+    const engine = createIdempotencyEngine({
+      store: { ...store, release: (input) => store.release(input).finally(releaseAnswered.open) },
+      storeTimeout: 100,
+      lockTtl: 30_000,
+    });
     const key = randomUUID();
     let ran = false;
     await expect(engine.run({ key, name: 'op', payload: 1 }, async () => (ran = true))).rejects.toMatchObject({
@@ -164,7 +167,8 @@ describe('a slow store', () => {
     expect(await redis.exists(store.keyOf(`:op:${key}`))).toBe(1);
     await expect.poll(() => redis.exists(store.keyOf(`:op:${key}`)), { timeout: 3_000 }).toBe(0);
     proxy.setDelay(0);
-    await sleep(500); // the release's own answer is still on its way through the proxy
+    // Its answer left Redis while the delay was on: the next claim's answer would queue behind it in the proxy.
+    await releaseAnswered.opened;
     await expect(engine.run({ key, name: 'op', payload: 1 }, async () => 'ran')).resolves.toEqual({
       value: 'ran',
       replayed: false,
@@ -264,22 +268,27 @@ describe('the claim while the operation runs', () => {
   });
 
   it("does not abort the operation when the caller goes away: the caller's retry gets the replay", async () => {
-    const engine = createIdempotencyEngine({ store: memoryStore() });
+    useVirtualTime();
+    onTestFinished(useRealTime);
+    const store = memoryStore();
+    const engine = virtualEngine({ store, lockTtl: 300 });
     const caller = new AbortController();
     let sawAbort = false;
     const input = { key: 'k-gone', name: 'pay', payload: {}, signal: caller.signal };
     const first = engine.run(input, async ({ signal }) => {
       caller.abort(); // the HTTP client timed out
-      await sleep(50);
+      await elapse(1_000); // on virtual time: three lockTtls, every renewal and timer in them run
       sawAbort = signal.aborted;
       return 'charged';
     });
+    await vi.advanceTimersByTimeAsync(1_000);
     await expect(first).resolves.toEqual({ value: 'charged', replayed: false });
     expect(sawAbort).toBe(false);
     await expect(engine.run({ ...input, signal: undefined }, async () => 'twice')).resolves.toEqual({
       value: 'charged',
       replayed: true,
     });
+    store.close();
   });
 
   it('in wait mode, a store failure after the holder was seen running answers 409 even when failing open', async () => {
@@ -291,10 +300,12 @@ describe('the claim while the operation runs', () => {
     client.on('error', () => {});
     await client.ping();
     const store = redisStore({ client, prefix });
+    // opened once the waiter's first claim was answered: it has seen the holder running
+    const holderSeen = gate();
     const holderEngine = createIdempotencyEngine({ store: redisStore({ client: redis, prefix }) });
     const events: IdempotencyEvent[] = [];
     const waiter = createIdempotencyEngine({
-      store,
+      store: { ...store, claim: (claim) => store.claim(claim).finally(holderSeen.open) },
       inFlight: 'wait',
       waitTimeout: 5_000,
       onStoreError: 'fail-open',
@@ -311,7 +322,7 @@ describe('the claim while the operation runs', () => {
     });
     await expect.poll(() => runs).toBe(1);
     const waiting = waiter.run(input, async () => ++runs).catch((e) => e);
-    await sleep(100);
+    await holderSeen.opened;
     await proxy.close();
     expect(await waiting).toMatchObject({ reason: 'in_progress' });
     // One check, answered 409: the failed claim behind it is not a second one (a failed claim counts as a check).

@@ -65,7 +65,7 @@ describe('two processes sharing Redis', () => {
 
     const early = await pay(pods[1]!.url, key, { amount: 700, holdMs: 60_000 });
     expect(early.status).toBe(409);
-    await sleep(LOCK_TTL + 200);
+    await sleep(LOCK_TTL + 200); // real time: the dead pod's claim expires in Redis's clock
     const retry = await pay(pods[1]!.url, key, { amount: 700, holdMs: 10 });
     expect(retry).toMatchObject({ status: 200, replayed: false });
     expect(await runsOf(key)).toEqual(['victim', 'b']);

@@ -10,26 +10,36 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { createIdempotencyEngine, memoryStore } from '../../src/index.js';
-import { sleep } from '../helpers/redis.js';
+import { gate } from '../helpers/trpc.js';
 
 describe('claim renewals and the async context', () => {
   it('a request’s renewals never run in the context of the request that armed the shared timer', async () => {
     const request = new AsyncLocalStorage<string>();
     const owner = new Map<string, string>();
     const renewals: { of: string; context: string | undefined }[] = [];
+    const aRunning = gate();
+    const bRenewed = gate();
+    // Real timers, not virtual time: a fake timer runs its callback in the context of whoever advances the clock.
     const engine = createIdempotencyEngine({
       store: memoryStore(),
       lockTtl: 300, // renewed every 100 ms
       onEvent: (event) => {
         if (event.result === 'acquired') owner.set(event.keyHash!, request.getStore()!);
-        if (event.result === 'renewed') renewals.push({ of: owner.get(event.keyHash!)!, context: request.getStore() });
+        if (event.result === 'renewed') {
+          renewals.push({ of: owner.get(event.keyHash!)!, context: request.getStore() });
+          if (owner.get(event.keyHash!) === 'B') bRenewed.open();
+        }
       },
     });
     await Promise.all(
-      ['A', 'B'].map((name, i) =>
+      ['A', 'B'].map((name) =>
         request.run(name, async () => {
-          await sleep(i * 20); // A arms the shared renewal timer
-          await engine.run({ key: randomUUID(), name: 'op', payload: {} }, () => sleep(400));
+          if (name === 'B') await aRunning.opened; // A armed the shared renewal timer
+          // each runs until B was renewed at least once
+          await engine.run({ key: randomUUID(), name: 'op', payload: {} }, async () => {
+            if (name === 'A') aRunning.open();
+            await bRenewed.opened;
+          });
         }),
       ),
     );

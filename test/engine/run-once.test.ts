@@ -19,6 +19,7 @@ import { redisStore } from '../../src/redis.js';
 import { isolatedSchema } from '../helpers/postgres.js';
 import { sleep } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
+import { gate } from '../helpers/trpc.js';
 
 const { stores, redis, prefix } = liveStores('run-once', [
   'memory',
@@ -59,7 +60,7 @@ describe.each(stores)('on $name', ({ make: makeStore }) => {
     const first = await attempt();
     const again = await attempt().catch((e: unknown) => e);
     if (!later) return { first, again, later: again, runs };
-    await sleep(LOCK_TTL + 100); // a claim that was not settled would have expired by now
+    await sleep(LOCK_TTL + 100); // real time: the stores measure expiry; a claim not settled has expired by now
     return { first, again, later: await attempt().catch((e: unknown) => e), runs };
   }
 
@@ -123,16 +124,28 @@ describe.each(stores)('on $name', ({ make: makeStore }) => {
         token: `dead-${key}`,
         lockTtl: 100,
       });
-    await sleep(200);
+    await sleep(200); // real time: the crashed claims (lockTtl 100) expire in the store's clock
+    const REQUESTS = 100;
     const runs = new Map<string, number>();
+    const answered = new Map<string, number>();
+    // A key's winner holds it until every other request for that key was answered: they all contend while it runs.
+    const othersAnswered = new Map<string, ReturnType<typeof gate>>(keys.map((key) => [key, gate()]));
+    const check = (key: string) => {
+      if ((answered.get(key) ?? 0) + (runs.get(key) ?? 0) >= REQUESTS) othersAnswered.get(key)!.open();
+    };
     const answers = await Promise.all(
       keys.flatMap((key) =>
-        Array.from({ length: 100 }, () =>
+        Array.from({ length: REQUESTS }, () =>
           engine
             .run({ key, name: 'pay', payload: { key } }, async () => {
               runs.set(key, (runs.get(key) ?? 0) + 1);
-              await sleep(50);
+              check(key);
+              await othersAnswered.get(key)!.opened;
               return key;
+            })
+            .finally(() => {
+              answered.set(key, (answered.get(key) ?? 0) + 1);
+              check(key);
             })
             .then(
               (r) => (r.replayed ? 'replayed' : 'ran'),

@@ -115,7 +115,7 @@ describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
     expect(claimed).toMatchObject({ state: 'acquired' });
     const blocked = await rejectionOf(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } }));
     expect(blocked.data?.httpStatus).toBe(409);
-    await sleep(LOCK_TTL + 100);
+    await sleep(LOCK_TTL + 100); // real time: the claim expires in the store's own clock (Redis, PostgreSQL)
     await expect(client.pay.mutate({ amount: 100, currency: 'EUR' }, { context: { key } })).resolves.toMatchObject({
       amount: 100,
     });

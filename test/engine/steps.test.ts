@@ -16,8 +16,10 @@ import {
   retryable,
 } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
+import { claimWithSteps } from '../helpers/records.js';
 import { sleep } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
+import { gate } from '../helpers/trpc.js';
 
 const live = liveStores('steps', ['memory', 'redis', 'postgres']);
 
@@ -173,7 +175,7 @@ describe.each(live.stores)('steps on the $name store', ({ make: makeStore }) => 
     const key = randomUUID();
     const op = () => engine.run({ key, name: 'op', payload: {} }, ({ step }) => step('only', work('only', 1)));
     await op();
-    await sleep(1_300);
+    await sleep(1_300); // real time: the outcome's ttl (1 s) runs in the store's clock
     expect(await op()).toEqual({ value: 1, replayed: false });
     expect(runs).toEqual({ only: 2 });
   });
@@ -207,11 +209,13 @@ describe.each(live.stores)('steps on the $name store', ({ make: makeStore }) => 
     const { engine } = engineWith();
     const run = (fn: Parameters<typeof engine.run>[1]) =>
       engine.run({ key: randomUUID(), name: 'op', payload: {} }, fn);
+    const aHeld = gate();
     await expect(
       run(async ({ step }) => {
-        await Promise.all([step('a', () => sleep(20)), step('b', () => sleep(20))]);
+        await Promise.all([step('a', () => aHeld.opened), step('b', () => 1)]);
       }),
     ).rejects.toThrow('step("b") was called while step("a") is still running. Steps run one at a time, in order');
+    aHeld.open();
     await expect(
       run(async ({ step }) => {
         await step('a', () => 1);
@@ -223,13 +227,15 @@ describe.each(live.stores)('steps on the $name store', ({ make: makeStore }) => 
     await expect(run(({ step }) => step('charge-\uD800', () => 1))).rejects.toThrow(
       /not well-formed Unicode \(it holds a lone surrogate\)/,
     );
+    const lateHeld = gate();
     await expect(
       run(async ({ step }) => {
         // Not awaited: its save, after the key was released, is refused, which this promise reports.
-        step('late', () => sleep(50)).catch(() => {});
+        step('late', () => lateHeld.opened).catch(() => {});
         return 'returned';
       }),
     ).rejects.toThrow('The operation returned while step("late") was still running');
+    lateHeld.open();
   });
 
   it('derives the same stepKey for every retry of a key: a UUID, distinct per step, key, scope and operation', async () => {
@@ -282,18 +288,8 @@ describe('steps and the PostgreSQL store', () => {
   it('purgeExpired deletes expired steps', async () => {
     const store = drizzleStore({ db: live.postgres().db });
     const id = `:purge:${randomUUID()}`;
-    await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
-    await store.saveStep!({
-      id,
-      token: 't',
-      fingerprint: 'fp',
-      index: 0,
-      name: 'a',
-      body: '1',
-      ttl: 100,
-      lockTtl: 5_000,
-    });
-    await sleep(200);
+    await claimWithSteps(store, id, { ttl: 100 });
+    await sleep(200); // real time: the steps' ttl (100 ms) runs in PostgreSQL's clock
     expect(await store.purgeExpired()).toBeGreaterThanOrEqual(1);
     const left = await live
       .postgres()

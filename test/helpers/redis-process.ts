@@ -1,9 +1,5 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { releasePort, reservePort, withStartAttempts } from './ports.js';
-import { waitForRedis } from './redis-server.js';
+import type { ChildProcess } from 'node:child_process';
+import { spawnRedis } from './redis-spawn.js';
 
 export interface ControlledRedis {
   port: number;
@@ -30,83 +26,18 @@ export interface ControlledRedis {
  * without it, a restart comes back empty.
  */
 export async function startControlledRedis(options: { persist?: boolean } = {}): Promise<ControlledRedis> {
-  // a first start that fails (its port taken meanwhile) is tried again on another port
-  return withStartAttempts('a controlled redis-server', 3, async () => {
-    const port = await reservePort();
-    try {
-      return await startControlledRedisOn(port, options);
-    } catch (error) {
-      releasePort(port);
-      throw error;
-    }
-  });
-}
-
-async function startControlledRedisOn(port: number, options: { persist?: boolean }): Promise<ControlledRedis> {
-  const dir = mkdtempSync(join(tmpdir(), 'idem-redis-ctl-'));
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
-  let child: ChildProcess | undefined;
-
-  async function start() {
-    const proc = spawn(
-      'redis-server',
-      [
-        '--port',
-        String(port),
-        '--bind',
-        '127.0.0.1',
-        '--save',
-        '',
-        '--dir',
-        dir,
-        '--logfile',
-        'redis.log',
-        ...persistence,
-      ],
-      {
-        stdio: 'ignore',
-      },
-    );
-    child = proc;
-    try {
-      await waitForRedis(port, proc, { log: join(dir, 'redis.log') });
-    } catch (error) {
-      await kill();
-      throw error;
-    }
-  }
-
-  function kill(): Promise<void> {
-    const proc = child;
-    child = undefined;
-    if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
-    return new Promise((resolve) => {
-      proc.once('exit', () => resolve());
-      proc.kill('SIGCONT'); // a paused process would not die of SIGKILL any later, but stay clean
-      proc.kill('SIGKILL');
-    });
-  }
-
-  try {
-    await start();
-  } catch (error) {
-    rmSync(dir, { recursive: true, force: true });
-    throw error;
-  }
+  const server = await spawnRedis({ args: ['--bind', '127.0.0.1', '--save', '', ...persistence] });
   return {
-    port,
-    url: `redis://127.0.0.1:${port}`,
+    port: server.port,
+    url: `redis://127.0.0.1:${server.port}`,
     get process() {
-      return child;
+      return server.process;
     },
-    kill,
-    start,
-    pause: () => void child?.kill('SIGSTOP'),
-    resume: () => void child?.kill('SIGCONT'),
-    async destroy() {
-      await kill();
-      rmSync(dir, { recursive: true, force: true });
-      releasePort(port);
-    },
+    kill: () => server.kill('SIGKILL'),
+    start: server.start,
+    pause: server.pause,
+    resume: server.resume,
+    destroy: server.destroy,
   };
 }

@@ -1,9 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { allStarted, logTail, releasePort, reservePort, withStartAttempts } from './ports.js';
+import { allStarted, releasePort, reservePort, withStartAttempts } from './ports.js';
+import { type RedisServerProcess, spawnRedis } from './redis-spawn.js';
+
+export { type WaitForRedisOptions, waitForRedis } from './redis-spawn.js';
 
 /**
  * A port for a server of the test's own, reserved for this process (see
@@ -20,134 +20,22 @@ export interface PrivateRedis {
 /** How many times a server's start is tried (each on other ports) before its error goes up. */
 const START_ATTEMPTS = 3;
 
+/** Loopback only, nothing kept on disk. */
+const PRIVATE = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+
+/** The server as a {@link PrivateRedis}: stopped for good (SIGKILL), its directory deleted, `released()` then. */
+function privateRedis(server: RedisServerProcess, released: () => void = () => {}): PrivateRedis {
+  let stopping: Promise<void> | undefined;
+  return {
+    port: server.port,
+    process: server.process!,
+    stop: () => (stopping ??= server.destroy().then(released)),
+  };
+}
+
 /** A redis-server of the test's own, on its own port, keeping nothing on disk. */
 export async function startPrivateRedis(extraArgs: string[] = []): Promise<PrivateRedis> {
-  return withStartAttempts('a redis-server', START_ATTEMPTS, async () => {
-    const port = await reservePort();
-    try {
-      return await startPrivateRedisOn(port, extraArgs, () => releasePort(port));
-    } catch (error) {
-      releasePort(port);
-      throw error;
-    }
-  });
-}
-
-/**
- * A redis-server on `port` (reserved by the caller), logging to a file in its
- * directory (its tail goes into the error if it does not come up). Whatever
- * happens, a server that did not come up is killed and its directory deleted.
- */
-async function startPrivateRedisOn(port: number, extraArgs: string[], released: () => void): Promise<PrivateRedis> {
-  const dir = mkdtempSync(join(tmpdir(), 'idem-redis-'));
-  const child = spawn(
-    'redis-server',
-    [
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      '--dir',
-      dir,
-      '--logfile',
-      'redis.log',
-      ...extraArgs,
-    ],
-    {
-      stdio: 'ignore',
-    },
-  );
-  const exited = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-  let stopping: Promise<void> | undefined;
-  const stop = () =>
-    (stopping ??= (async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGCONT'); // a paused server (SIGSTOP) dies of SIGKILL all the same, but stays clean
-        child.kill('SIGKILL');
-      }
-      await exited;
-      rmSync(dir, { recursive: true, force: true });
-      released();
-    })());
-  try {
-    await waitForRedis(port, child, { log: join(dir, 'redis.log') });
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { port, process: child, stop };
-}
-
-export interface WaitForRedisOptions {
-  /** How long the server may take to answer PING (ms). @default 30_000 */
-  timeoutMs?: number;
-  /** The server's log file: its last lines go into the error. */
-  log?: string;
-}
-
-/**
- * Resolves once the redis-server on `port` answers PING (with an append-only
- * file it answers LOADING until it has replayed it). With `child`, the server
- * that answers must be that process (`INFO server`'s process_id), and this
- * throws as soon as it exits. Throws after `timeoutMs`, with the server's
- * log tail when `log` is given.
- */
-export async function waitForRedis(
-  port: number,
-  child?: ChildProcess,
-  { timeoutMs = 30_000, log }: WaitForRedisOptions = {},
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  const failure = (what: string) => {
-    const tail = log === undefined ? '' : logTail(log, 6);
-    return new Error(`${what}${tail === '' ? '' : `; its log ends:\n${tail}`}`);
-  };
-  let lastError: unknown;
-  for (;;) {
-    if (child !== undefined && (child.exitCode !== null || child.signalCode !== null)) {
-      throw failure(`redis-server for port ${port} exited (${child.exitCode ?? child.signalCode}) before it answered`);
-    }
-    const probe = new Redis({
-      port,
-      host: '127.0.0.1',
-      lazyConnect: true,
-      retryStrategy: () => null,
-      maxRetriesPerRequest: 0,
-      connectTimeout: 5_000,
-      // a holder of the port that never answers (not a Redis) must not hang the wait
-      commandTimeout: 5_000,
-    });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      if (child !== undefined) {
-        const pid = /^process_id:(\d+)/m.exec(await probe.info('server'))?.[1];
-        if (Number(pid) !== child.pid) {
-          // someone else's server holds the port: ours cannot bind it, and will exit
-          throw failure(`port ${port} is held by another server (pid ${pid}), not by redis-server ${child.pid}`);
-        }
-      }
-      return;
-    } catch (error) {
-      if (error instanceof Error && error.message.startsWith(`port ${port} is held`)) throw error;
-      lastError = error;
-    } finally {
-      probe.disconnect();
-    }
-    if (Date.now() > deadline) {
-      const last = lastError instanceof Error ? lastError.message : String(lastError);
-      throw failure(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms (last error: ${last})`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+  return privateRedis(await spawnRedis({ args: [...PRIVATE, ...extraArgs] }));
 }
 
 /** `INFO commandstats` as { command: calls }. */
@@ -202,13 +90,8 @@ async function startPrivateClusterOnce(masters: number, replicas: number): Promi
         withStartAttempts('a Redis Cluster node', START_ATTEMPTS, async () => {
           const port = await reservePort({ companion: BUS_OFFSET });
           try {
-            nodes.push(
-              await startPrivateRedisOn(
-                port,
-                ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`],
-                () => releasePort(port),
-              ),
-            );
+            const args = [...PRIVATE, '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`];
+            nodes.push(privateRedis(await spawnRedis({ port, args }), () => releasePort(port)));
           } catch (error) {
             releasePort(port);
             throw error;

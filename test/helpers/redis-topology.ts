@@ -45,7 +45,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { allStarted, releasePort, reservePort, withStartAttempts } from './ports.js';
 import { startPipe } from './proxy.js';
-import { waitForRedis } from './redis-server.js';
+import { spawnRedis } from './redis-spawn.js';
 
 /**
  * How many times a topology's start is tried before its error goes up: each
@@ -59,7 +59,7 @@ const SERVER_ATTEMPTS = 3;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Every redis-server (and Sentinel) this file started and has not seen exit: killed at the latest when the process exits. */
+/** The proxies' host process, while it runs: killed at the latest when this process exits (redis-spawn.ts does so for the servers). */
 const running = new Set<ChildProcess>();
 process.once('exit', () => {
   for (const child of running) child.kill('SIGKILL');
@@ -319,7 +319,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) hostProxies();
 
 interface Server {
   port: number;
-  child: ChildProcess;
+  /** Whether its process runs (neither killed nor exited). */
+  alive(): boolean;
   /** SIGKILL; resolves once it exited. */
   kill(): Promise<void>;
 }
@@ -327,28 +328,14 @@ interface Server {
 /** Common settings: loopback only, nothing on disk, a full sync started at once (diskless, no 5 s wait for more replicas). */
 const BASE = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-sync-delay', '0'];
 
+/** A server of the topology on `port` (reserved by the caller), its log `<name>.log` in the topology's `dir`. */
 async function startServer(dir: string, name: string, port: number, args: string[]): Promise<Server> {
-  const child = spawn('redis-server', [...args, '--port', String(port), '--dir', dir, '--logfile', `${name}.log`], {
-    stdio: 'ignore',
-  });
-  running.add(child);
-  const exited = new Promise<void>((resolve) =>
-    child.once('exit', () => {
-      running.delete(child);
-      resolve();
-    }),
-  );
-  const kill = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    return exited;
+  const server = await spawnRedis({ port, dir, name, args });
+  return {
+    port,
+    alive: () => server.process !== undefined && server.process.exitCode === null && server.process.signalCode === null,
+    kill: () => server.kill('SIGKILL'),
   };
-  try {
-    await waitForRedis(port, child, { log: join(dir, `${name}.log`) });
-  } catch (error) {
-    await kill();
-    throw error;
-  }
-  return { port, child, kill };
 }
 
 /**
@@ -805,7 +792,6 @@ async function startClusterWithReplicasOnce(options: ClusterOptions): Promise<Cl
       '--cluster-announce-bus-port',
       String(busPort),
     ]);
-  const alive = (server: Server) => server.child.exitCode === null && server.child.signalCode === null;
   try {
     const masters = await allStarted(
       Array.from({ length: count }, async (_, i) => {
@@ -877,7 +863,7 @@ async function startClusterWithReplicasOnce(options: ClusterOptions): Promise<Cl
       },
       async waitForFailover(i, timeoutMs = 30_000) {
         const started = performance.now();
-        const live = all.filter((n) => alive(n.server));
+        const live = all.filter((n) => n.server.alive());
         const candidates = replicas[i]!;
         let promoted = 0;
         await until(`a replica of master ${i} to take over`, timeoutMs, async () => {
