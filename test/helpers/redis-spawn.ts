@@ -10,6 +10,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { logTail, releasePort, reservePort, withStartAttempts } from './ports.js';
 
@@ -165,7 +166,7 @@ export async function waitForRedis(
   child?: ChildProcess,
   { timeoutMs = 30_000, log }: WaitForRedisOptions = {},
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+  const deadline = performance.now() + timeoutMs; // monotonic: a VM's wall clock can step
   const failure = (what: string) => {
     const tail = log === undefined ? '' : logTail(log, 6);
     return new Error(`${what}${tail === '' ? '' : `; its log ends:\n${tail}`}`);
@@ -203,7 +204,7 @@ export async function waitForRedis(
     } finally {
       probe.disconnect();
     }
-    if (Date.now() > deadline) {
+    if (performance.now() > deadline) {
       const last = lastError instanceof Error ? lastError.message : String(lastError);
       throw failure(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms (last error: ${last})`);
     }

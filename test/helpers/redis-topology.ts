@@ -43,6 +43,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { createSentinel } from 'redis';
+import type { RedisClient } from '../../src/redis.js';
 import { allStarted, releasePort, reservePort, withStartAttempts } from './ports.js';
 import { startPipe } from './proxy.js';
 import { spawnRedis } from './redis-spawn.js';
@@ -889,4 +891,31 @@ async function startClusterWithReplicasOnce(options: ClusterOptions): Promise<Cl
     await stop();
     throw error;
   }
+}
+
+/** An ioredis and a node-redis client of a Sentinel set, by library, and how to close both. */
+export interface SentinelClients {
+  clients: Record<'ioredis' | 'node-redis', RedisClient>;
+  close(): Promise<void>;
+}
+
+/** Connects an ioredis and a node-redis (`createSentinel`) Sentinel client to `set`; their errors are ignored. */
+export async function connectSentinelClients(set: SentinelSet): Promise<SentinelClients> {
+  const ioredis = new Redis({ sentinels: set.sentinels, name: set.name });
+  ioredis.on('error', () => {});
+  const nodeRedis = createSentinel({ name: set.name, sentinelRootNodes: set.sentinels });
+  nodeRedis.on('error', () => {});
+  try {
+    await nodeRedis.connect();
+  } catch (error) {
+    ioredis.disconnect();
+    throw error;
+  }
+  return {
+    clients: { ioredis, 'node-redis': nodeRedis },
+    async close() {
+      ioredis.disconnect();
+      await Promise.resolve(nodeRedis.destroy()).catch(() => {});
+    },
+  };
 }

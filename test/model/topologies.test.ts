@@ -1,16 +1,12 @@
-/**
- * The model-based contract on the Redis topologies the tests start themselves: a 3-master Cluster (ioredis plain,
- * autopipelined, with the restart fence; node-redis; ioredis with waitForReplicas on a Cluster whose masters have a
- * replica each) and a Sentinel set (a primary with 2 replicas and 3 Sentinels: ioredis plain and with
- * waitForReplicas, node-redis). Apart from the unit run, which it would lengthen by the topologies' start (tens of
- * seconds): `npm run test:model` runs it (`npm run test:model -- test/model/topologies.test.ts` alone).
- */
-import { Redis } from 'ioredis';
-import { createSentinel } from 'redis';
 import { afterAll, beforeAll, describe } from 'vitest';
-import { type RedisClient, redisStore } from '../../src/redis.js';
+import { redisStore } from '../../src/redis.js';
 import { sleep } from '../helpers/redis.js';
-import { type SentinelSet, startSentinelSet } from '../helpers/redis-topology.js';
+import {
+  connectSentinelClients,
+  type SentinelClients,
+  type SentinelSet,
+  startSentinelSet,
+} from '../helpers/redis-topology.js';
 import { liveStores } from '../helpers/stores.js';
 import { type ModelHarness, modelTest } from './model-run.js';
 
@@ -36,22 +32,15 @@ describe('redis cluster', () => {
 
 describe('redis sentinel', () => {
   let set: SentinelSet;
-  const closers: (() => unknown)[] = [];
-  const clients = {} as Record<'ioredis' | 'node-redis', RedisClient>;
+  let connected: SentinelClients | undefined;
+  let clients: SentinelClients['clients'];
   beforeAll(async () => {
     set = await startSentinelSet({ delayMs: 0 });
-    const ioredis = new Redis({ sentinels: set.sentinels, name: set.name });
-    ioredis.on('error', () => {});
-    closers.push(() => ioredis.disconnect());
-    const nodeRedis = createSentinel({ name: set.name, sentinelRootNodes: set.sentinels });
-    nodeRedis.on('error', () => {});
-    await nodeRedis.connect();
-    closers.push(() => nodeRedis.destroy());
-    clients.ioredis = ioredis;
-    clients['node-redis'] = nodeRedis;
+    connected = await connectSentinelClients(set);
+    clients = connected.clients;
   }, 120_000);
   afterAll(async () => {
-    for (const close of closers) await Promise.resolve(close()).catch(() => {});
+    await connected?.close();
     await set?.stop();
   });
 

@@ -9,34 +9,30 @@
  * and a new key from the promoted replica.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { createSentinel } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdempotencyEngine } from '../../src/index.js';
-import { type RedisClient, redisStore } from '../../src/redis.js';
+import { redisStore } from '../../src/redis.js';
 import { describeStoreContract } from '../contract/store-contract.js';
-import { type SentinelSet, startSentinelSet } from '../helpers/redis-topology.js';
+import {
+  connectSentinelClients,
+  type SentinelClients,
+  type SentinelSet,
+  startSentinelSet,
+} from '../helpers/redis-topology.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let set: SentinelSet;
-const closers: (() => unknown)[] = [];
-const clients: Record<'ioredis' | 'node-redis', RedisClient> = {} as never;
+let connected: SentinelClients | undefined;
+let clients: SentinelClients['clients'];
 
 beforeAll(async () => {
   set = await startSentinelSet({ delayMs: 0 });
-  const ioredis = new Redis({ sentinels: set.sentinels, name: set.name });
-  ioredis.on('error', () => {});
-  closers.push(() => ioredis.disconnect());
-  const nodeRedis = createSentinel({ name: set.name, sentinelRootNodes: set.sentinels });
-  nodeRedis.on('error', () => {});
-  await nodeRedis.connect();
-  closers.push(() => nodeRedis.destroy());
-  clients.ioredis = ioredis;
-  clients['node-redis'] = nodeRedis;
+  connected = await connectSentinelClients(set);
+  clients = connected.clients;
 }, 60_000);
 afterAll(async () => {
-  for (const close of closers) await Promise.resolve(close()).catch(() => {});
+  await connected?.close();
   await set?.stop();
 });
 
