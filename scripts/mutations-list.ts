@@ -41,7 +41,7 @@ export const MUTATIONS: Mutation[] = [
     file: 'src/stores/redis/scripts.ts',
     find: "  if not lost then\n    redis.call('SET', marker, string.format('%d', now))\n    lost = now\n  end",
     replace: '  if not lost then\n    return nil\n  end',
-    suites: ['test/stores/redis-fence.test.ts'],
+    suites: ['test/model/redis.test.ts'],
   },
   {
     name: "PostgreSQL: a renewal does not check the caller's token",

@@ -56,6 +56,8 @@ export interface LiveStore {
   make(): IdempotencyStore;
   /** Whether the store notifies waiters of a finished claim (Redis does; PostgreSQL and memory are polled). */
   notifies: boolean;
+  /** For a kind on the shared Redis server (LiveStores.redis): the prefix its stores write under. */
+  redisPrefix?: string;
 }
 
 export interface LiveStores {
@@ -183,8 +185,14 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let clustered: Cluster | undefined;
   let clusteredPipelined: Redis | Cluster | undefined;
   const clusterClient = () => (clustered ??= client({ cluster: true, pipelined: false }) as Cluster);
-  const fenced = () => redisStore({ client: redis, prefix: `${prefix}f:`, restartFence: true });
-  const nodeRedisFenced = () => redisStore({ client: nodeRedis!, prefix: `${prefix}nf:`, restartFence: true });
+  const fenced = () =>
+    redisStore({ client: redis, prefix: sharedRedisPrefix('redis, restart fence', prefix)!, restartFence: true });
+  const nodeRedisFenced = () =>
+    redisStore({
+      client: nodeRedis!,
+      prefix: sharedRedisPrefix('redis, node-redis, restart fence', prefix)!,
+      restartFence: true,
+    });
   /** A node-redis client or cluster, connected, closed after the file's tests. */
   async function connected<
     C extends { connect(): Promise<unknown>; close(): Promise<unknown>; on(...args: never[]): unknown },
@@ -224,7 +232,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return track(redisStore({ client: c, prefix: 'ca:', waitForReplicas: { replicas: 1, timeout: 3_000 } }));
       }
       case 'redis, node-redis':
-        return track(redisStore({ client: nodeRedis!, prefix: `${prefix}n:` }));
+        return track(redisStore({ client: nodeRedis!, prefix: sharedRedisPrefix('redis, node-redis', prefix)! }));
       case 'redis, node-redis, restart fence':
         return track(nodeRedisFenced());
       case 'redis, node-redis, replicas acknowledged':
@@ -248,7 +256,15 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     }
   };
   return {
-    stores: kinds.map((name) => ({ name, make: () => make(name), notifies: name.startsWith('redis') })),
+    stores: kinds.map((name) => {
+      const redisPrefix = sharedRedisPrefix(name, prefix);
+      return {
+        name,
+        make: () => make(name),
+        notifies: name.startsWith('redis'),
+        ...(redisPrefix === undefined ? {} : { redisPrefix }),
+      };
+    }),
     redis,
     prefix,
     store: (kind) => {
@@ -264,6 +280,23 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       return clusterClient();
     },
   };
+}
+
+/** The prefix the stores of `kind` write under on the shared Redis server (`prefix`: the file's), if they do. */
+function sharedRedisPrefix(kind: StoreKind, prefix: string): string | undefined {
+  switch (kind) {
+    case 'redis':
+    case 'redis, autopipelining':
+      return prefix;
+    case 'redis, restart fence':
+      return `${prefix}f:`;
+    case 'redis, node-redis':
+      return `${prefix}n:`;
+    case 'redis, node-redis, restart fence':
+      return `${prefix}nf:`;
+    default:
+      return undefined;
+  }
 }
 
 /** A private primary and one replica of it (in sync before this returns), and a client of the primary. */

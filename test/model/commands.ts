@@ -47,7 +47,9 @@ export type Spec =
       aim: boolean;
     }
   /** Lets time pass: a few ms, or to `offset` ms around the oracle's next expiry (at most 100 ms). */
-  | { kind: 'advance'; to: 'tick' | 'expiry'; offset: number };
+  | { kind: 'advance'; to: 'tick' | 'expiry'; offset: number }
+  /** The store loses everything (an empty restart, a flush): only for a store whose harness can do it. */
+  | { kind: 'restart' };
 
 const id = fc.nat({ max: IDS - 1 });
 const token = fc.nat({ max: TOKENS - 1 });
@@ -110,6 +112,12 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
   },
 );
 
+/** The commands with, now and then, the store losing everything. */
+export const specWithRestartArbitrary: fc.Arbitrary<Spec> = fc.oneof(
+  { weight: 20, arbitrary: specArbitrary },
+  { weight: 1, arbitrary: fc.constant({ kind: 'restart' as const }) },
+);
+
 /** Names of a run's records and tokens. */
 export interface Names {
   ids: readonly string[];
@@ -122,7 +130,7 @@ export interface Names {
  * nothing to aim at.
  */
 export function aimed(spec: Spec, seen: RecordInfo, names: Names): Spec {
-  if (spec.kind === 'advance' || spec.kind === 'inspect' || !spec.aim) return spec;
+  if (spec.kind === 'advance' || spec.kind === 'restart' || spec.kind === 'inspect' || !spec.aim) return spec;
   const token = seen.token === undefined ? -1 : names.tokens.indexOf(seen.token);
   if (spec.kind === 'forget')
     return seen.state === 'absent' ? { ...spec, state: 'absent' } : { ...spec, state: seen.state, token };
@@ -132,7 +140,7 @@ export function aimed(spec: Spec, seen: RecordInfo, names: Names): Spec {
 }
 
 /** The store operation of `spec`, in a run whose records and tokens are `names`; `now` is the store's clock. */
-export function opOf(spec: Exclude<Spec, { kind: 'advance' }>, names: Names, now: number): Op {
+export function opOf(spec: Exclude<Spec, { kind: 'advance' | 'restart' }>, names: Names, now: number): Op {
   const id = names.ids[spec.id]!;
   if (spec.kind === 'inspect') return { kind: 'inspect', input: { id, body: spec.body } };
   const t = spec.token;

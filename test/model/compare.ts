@@ -29,10 +29,13 @@ const near = (a: number | undefined, b: number | undefined, tolerance: number) =
 export function agrees(answer: unknown, model: unknown, ctx: Context): boolean {
   switch (ctx.op.kind) {
     case 'claim': {
-      const { time: _t, expiresIn: realIn, ...real } = answer as ClaimResult & { expiresIn?: number };
-      const { time: _m, expiresIn: widened, ...oracle } = model as ClaimResult & { expiresIn?: number };
+      type Answer = ClaimResult & { expiresIn?: number; reopen?: number };
+      const { time: _t, expiresIn: realIn, reopen: realReopen, ...real } = answer as Answer;
+      const { time: _m, expiresIn: widened, reopen: modelReopen, ...oracle } = model as Answer;
       const modelIn = widened === undefined ? undefined : widened - ctx.extra;
       if (JSON.stringify(real) !== JSON.stringify(oracle)) return false;
+      // Refused by the restart fence (restart-fence.ts): until when, by the clock of the op that raised it.
+      if (real.state === ('fenced' as string)) return near(realReopen, modelReopen, ctx.tolerance + 1);
       // src/core/store.ts (ClaimResult, in_progress): `expiresIn` is given to a waiting claim by a store that
       // notifies; PostgreSQL does not. src/stores/redis/scripts.ts (CLAIM): a waiting claim with another
       // fingerprint "is refused, it never waits", so Redis gives it no expiresIn; the memory store does.

@@ -23,14 +23,26 @@ interface Shadow {
 export class Invariants {
   #ids = new Map<string, Shadow>();
 
+  /** `extra`: the ms the oracle adds to every lease (see model-run.ts); a step save's lockTtl is not widened. */
+  constructor(readonly extra = 0) {}
+
+  /** The store lost everything: nothing it held binds what it answers next. */
+  restart(): void {
+    this.#ids.clear();
+  }
+
   #of(id: string): Shadow {
     let shadow = this.#ids.get(id);
     if (shadow === undefined) this.#ids.set(id, (shadow = { lost: new Set() }));
     return shadow;
   }
 
-  /** Checks the oracle's `answer` to `op` at virtual time `t`, then learns from it: a violated rule, or undefined. */
-  check(op: Op, answer: unknown, t: number): string | undefined {
+  /**
+   * Checks the oracle's `answer` to `op` at virtual time `t`, then learns from it: a violated rule, or undefined.
+   * `recreated`: the op found its record lost with the store's data and recreated the caller's claim (the restart
+   * fence, restart-fence.ts), as a renewal or a step save may while the fence is up, whoever held it.
+   */
+  check(op: Op, answer: unknown, t: number, recreated = false): string | undefined {
     const s = this.#of(op.input.id);
     const outcome = s.outcome !== undefined && s.outcome.until > t ? s.outcome : undefined;
     const holder = s.holder !== undefined && s.holder.until > t ? s.holder : undefined;
@@ -40,6 +52,17 @@ export class Invariants {
       s.lost.add(token);
       if (s.holder?.token === token) s.holder = undefined;
     };
+    if (recreated && (op.kind === 'extend' || op.kind === 'saveStep')) {
+      if (holder !== undefined || outcome !== undefined) return 'only a lost record is recreated';
+      const { token, fingerprint, lockTtl } = op.input;
+      s.holder = { token, fingerprint, until: t + lockTtl + (op.kind === 'saveStep' ? this.extra : 0) };
+      s.lost.delete(token);
+      if (op.kind === 'extend') return answer === true ? undefined : 'a recreated claim is renewed';
+      // The steps before the loss are gone: a step past those recorded since is answered stored, not recorded.
+      if (op.input.index > (steps?.steps.length ?? 0))
+        return answer === 'stored' ? undefined : 'a step past the lost ones is let through';
+      return this.check(op, answer, t);
+    }
     switch (op.kind) {
       case 'claim': {
         const { token, fingerprint, lockTtl } = op.input;

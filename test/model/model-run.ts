@@ -44,7 +44,17 @@ import { it } from 'vitest';
 import { recordId } from '../../src/core/record-id.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
 import type { RecordInfo } from '../../src/core/store-admin.js';
-import { aimed, IDS, type Names, opOf, type Spec, showSpec, specArbitrary, TOKENS } from './commands.js';
+import {
+  aimed,
+  IDS,
+  type Names,
+  opOf,
+  type Spec,
+  showSpec,
+  specArbitrary,
+  specWithRestartArbitrary,
+  TOKENS,
+} from './commands.js';
 import { agrees, type Context, show } from './compare.js';
 import { Invariants } from './invariants.js';
 import { exec, type Op, Oracle, type Replica } from './oracle.js';
@@ -62,6 +72,17 @@ export interface ModelHarness {
    * greater than its expiry: db.c, keyIsExpired); the memory store drops it at that millisecond.
    */
   inclusiveExpiry?: boolean;
+  /**
+   * The store can lose everything, as an empty restart of its server does: sequences then include `restart`
+   * commands. `fence`: the store has the restart fence (the oracle runs behind restart-fence.ts).
+   */
+  restart?: {
+    fence: boolean;
+    /** Deletes everything the store holds (the fence's marker too). */
+    wipe(): Promise<void>;
+    /** Makes the store new again (its marker written, as `initialize()` does): before a sequence, after a wipe. */
+    rearm(): Promise<void>;
+  };
 }
 
 /** What a test of many sequences counts. */
@@ -70,6 +91,12 @@ interface Stats {
   commands: number;
   /** Sequences cut short because the wall clock stepped back. */
   undecidable: number;
+  restarts: number;
+  /** Claims the restart fence refused, and claims it recreated (by a renewal or a step save). */
+  fenced: number;
+  recreated: number;
+  /** The store must be made new before the next sequence (see ModelHarness.restart). */
+  rearm: boolean;
 }
 
 /** One call to the store: its answer and the window of store time in which it ran. */
@@ -91,7 +118,7 @@ class ModelFailure extends Error {
 class Run {
   readonly names: Names;
   readonly oracle: Oracle;
-  readonly invariants = new Invariants();
+  readonly invariants: Invariants;
   readonly trace: string[] = [];
   readonly start: number;
   undecidable: string | undefined;
@@ -115,8 +142,9 @@ class Run {
       tokens: Array.from({ length: TOKENS }, (_, i) => `${name}.t${i}`),
     };
     this.start = harness.clock();
-    this.oracle = new Oracle(this.start - harness.slack);
     this.extra = harness.inclusiveExpiry === true ? 1 : 0;
+    this.oracle = new Oracle(this.start - harness.slack, harness.restart?.fence ? { extra: this.extra } : undefined);
+    this.invariants = new Invariants(this.extra);
     stats.sequences++;
   }
 
@@ -134,7 +162,7 @@ class Run {
   async perform(generated: Spec): Promise<void> {
     this.stats.commands++;
     const spec =
-      generated.kind === 'advance'
+      generated.kind === 'advance' || generated.kind === 'restart'
         ? generated
         : aimed(generated, await this.oracle.peek(this.names.ids[generated.id]!), this.names);
     const line = `#${this.#commands++} ${showSpec(spec)}`;
@@ -142,6 +170,19 @@ class Run {
       const ms = await this.delay(spec);
       await this.harness.advance(ms);
       this.trace.push(`${line}: ${ms} ms`);
+      return;
+    }
+    if (spec.kind === 'restart') {
+      await this.harness.restart!.wipe();
+      this.stats.rearm = true;
+      this.stats.restarts++;
+      this.oracle.restart();
+      this.invariants.restart();
+      this.claimless.clear();
+      this.foreign.clear();
+      this.trace.push(
+        `${line}: the store lost everything${this.harness.restart!.fence ? ', its fence marker too' : ''}`,
+      );
       return;
     }
     const op = opOf(spec, this.names, this.harness.clock());
@@ -228,7 +269,7 @@ class Run {
     const hi = Math.max(call.hi, lo);
     if (prefer !== undefined && (prefer < lo || prefer > hi)) prefer = undefined;
     const seen = await this.oracle.peek(id, lo);
-    const times = candidates(seen, lo, hi, prefer);
+    const times = candidates(seen, lo, hi, prefer, this.oracle.fenceBound(fenceWindow(asked)));
     const ctx = this.context(asked, lo, hi, this.claimless.has(id));
     type Try = {
       t: number;
@@ -279,7 +320,9 @@ class Run {
     this.trace.push(
       `${line} → store ${show(answer, this.start)} | oracle ${show(pick.answer, this.start)} at ${this.rel(pick.t)} in ${window}`,
     );
-    const broken = this.invariants.check(op, pick.answer, pick.t);
+    if ((pick.answer as { state?: string }).state === 'fenced') this.stats.fenced++;
+    if (this.oracle.recreated) this.stats.recreated++;
+    const broken = this.invariants.check(op, pick.answer, pick.t, this.oracle.recreated);
     if (broken !== undefined) this.fail(`the oracle broke an invariant: ${broken}`);
     if (op.kind === 'claim' && (pick.answer as ClaimResult).state === 'acquired') {
       const steps = (pick.answer as { steps?: { fingerprint: string } }).steps;
@@ -372,11 +415,13 @@ class Run {
 
 /**
  * The times to try an operation at, in a window [lo, hi]: the oracle's answer changes only where the record or its
- * steps expire (`seen`), so one per stretch between them: at `prefer` in its stretch (tried first), as near to it
+ * steps expire (`seen`), or the restart fence opens (`fence`), so one per stretch between them: at `prefer` in its stretch (tried first), as near to it
  * as the others allow, or, without it, at each stretch's start.
  */
-function candidates(seen: RecordInfo, lo: number, hi: number, prefer: number | undefined): number[] {
-  const bounds = [seen.expiresAt, seen.stepsExpireAt].filter((b): b is number => b !== undefined && b > lo && b <= hi);
+function candidates(seen: RecordInfo, lo: number, hi: number, prefer: number | undefined, fence?: number): number[] {
+  const bounds = [seen.expiresAt, seen.stepsExpireAt, fence].filter(
+    (b): b is number => b !== undefined && b > lo && b <= hi,
+  );
   const starts = [...new Set([lo, ...bounds])].sort((a, b) => a - b);
   const times = starts.map((start, i) => {
     const end = starts[i + 1] ?? hi + 1;
@@ -406,6 +451,11 @@ function widen(op: Op, extra: number): Op {
     default:
       return op;
   }
+}
+
+/** The window of the restart fence for `op` as the store is asked (the caller's lockTtl; a completion raises it for none). */
+function fenceWindow(op: Op): number {
+  return op.kind === 'claim' || op.kind === 'extend' || op.kind === 'saveStep' ? op.input.lockTtl : 0;
 }
 
 const inspectOf = (op: Op): Op => ({ kind: 'inspect', input: { id: op.input.id, body: true } });
@@ -461,18 +511,31 @@ export function modelTest(name: string, create: () => Promise<ModelHarness> | Mo
     `${name}: random sequences of operations answer as the model does`,
     async () => {
       const harness = await create();
-      const stats: Stats = { sequences: 0, commands: 0, undecidable: 0 };
+      const stats: Stats = {
+        sequences: 0,
+        commands: 0,
+        undecidable: 0,
+        restarts: 0,
+        fenced: 0,
+        recreated: 0,
+        rearm: true,
+      };
       const started = performance.now();
       const replayPath = process.env.MODEL_REPLAY_PATH;
       const seed = envNumber('MODEL_SEED');
       const path = process.env.MODEL_PATH;
-      const commands = fc.commands([specArbitrary.map((spec) => new ModelCommand(spec))], {
+      const specs = harness.restart === undefined ? specArbitrary : specWithRestartArbitrary;
+      const commands = fc.commands([specs.map((spec) => new ModelCommand(spec))], {
         maxCommands: 30,
         size: 'max',
         ...(replayPath === undefined ? {} : { replayPath }),
       });
       await fc.assert(
         fc.asyncProperty(commands, async (cmds) => {
+          if (harness.restart !== undefined && stats.rearm) {
+            await harness.restart.rearm();
+            stats.rearm = false;
+          }
           const run = new Run(harness, stats);
           try {
             await fc.asyncModelRun(() => ({ model: run, real: harness.store }), cmds);
@@ -484,7 +547,13 @@ export function modelTest(name: string, create: () => Promise<ModelHarness> | Mo
       );
       const seconds = ((performance.now() - started) / 1000).toFixed(1);
       const cut = stats.undecidable > 0 ? `, ${stats.undecidable} cut short by a wall clock stepping back` : '';
-      console.log(`model ${name}: ${stats.sequences} sequences, ${stats.commands} commands in ${seconds} s${cut}`);
+      const fence = harness.restart?.fence
+        ? ` (the fence refused ${stats.fenced} claims, recreated ${stats.recreated})`
+        : '';
+      const lost = harness.restart === undefined ? '' : `, ${stats.restarts} restarts${fence}`;
+      console.log(
+        `model ${name}: ${stats.sequences} sequences, ${stats.commands} commands${lost} in ${seconds} s${cut}`,
+      );
     },
     timeout,
   );

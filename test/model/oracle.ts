@@ -7,6 +7,9 @@
  * memory store): a real store's clock is known only within the round trip of
  * each call, and near an expiry the answer depends on which side of it the
  * store ran.
+ *
+ * For a store with the restart fence, the oracle loses its data as Redis does
+ * (`restart`), and runs each operation through the fence (restart-fence.ts).
  */
 import type {
   ClaimInput,
@@ -18,6 +21,7 @@ import type {
 } from '../../src/core/store.js';
 import type { ForgetInput, InspectInput, RecordInfo } from '../../src/core/store-admin.js';
 import { type MemoryStore, memoryStore } from '../../src/index.js';
+import { fencedClaim, PASS, RestartFence } from './restart-fence.js';
 
 export type Op =
   | { kind: 'claim'; input: ClaimInput }
@@ -32,7 +36,7 @@ export type Op =
 export async function exec(store: IdempotencyStore, op: Op): Promise<unknown> {
   switch (op.kind) {
     case 'claim':
-      return store.claim(op.input);
+      return store.claim(op.input).catch(fencedClaim);
     case 'complete':
       return store.complete(op.input);
     case 'release':
@@ -48,19 +52,36 @@ export async function exec(store: IdempotencyStore, op: Op): Promise<unknown> {
   }
 }
 
-/** The memory store on a virtual clock, with the log that rebuilds it. */
+/** What the oracle is of: the store's data lost, or an operation at a time. */
+type Entry = { op: Op; t: number } | 'restart';
+
+/** The memory store on a virtual clock (behind the restart fence, for a store that has it), with the log that rebuilds it. */
 class Replica {
   now: number;
-  readonly store: MemoryStore;
-  readonly log: { op: Op; t: number }[] = [];
-  constructor(now: number) {
+  store: MemoryStore;
+  readonly fence: RestartFence | undefined;
+  readonly log: Entry[] = [];
+  constructor(now: number, fence: { extra: number } | undefined) {
     this.now = now;
     this.store = memoryStore({ now: () => this.now });
+    this.fence = fence === undefined ? undefined : new RestartFence(fence.extra);
   }
   async apply(op: Op, t: number): Promise<unknown> {
     this.now = t;
     this.log.push({ op, t });
-    return exec(this.store, op);
+    const fenced = this.fence === undefined ? PASS : await this.fence.apply(this.store, op, t);
+    return fenced === PASS ? exec(this.store, op) : fenced;
+  }
+  /** Everything lost (the fence's marker too). */
+  restart(): void {
+    this.log.push('restart');
+    this.store.close();
+    this.store = memoryStore({ now: () => this.now });
+    this.fence?.restart();
+  }
+  /** Whether the last write recreated a claim (see restart-fence.ts). */
+  get recreated(): boolean {
+    return this.fence?.recreated === true;
   }
 }
 
@@ -75,10 +96,13 @@ export class Oracle {
   #replica: Replica;
   readonly #floor = new Map<string, number>();
   readonly start: number;
+  readonly #fence: { extra: number } | undefined;
 
-  constructor(start: number) {
+  /** `fence`: the store under test has the restart fence, and adds `extra` ms to each lease (see model-run.ts). */
+  constructor(start: number, fence?: { extra: number }) {
     this.start = start;
-    this.#replica = new Replica(start);
+    this.#fence = fence;
+    this.#replica = new Replica(start, fence);
   }
 
   /** The time of the last operation on `id`: the oracle never goes back on a record. */
@@ -94,8 +118,11 @@ export class Oracle {
 
   /** `op` at `t` on a copy of the oracle: its answer, and the copy to `commit` if that answer is the one. */
   async tryAt(op: Op, t: number): Promise<{ answer: unknown; replica: Replica }> {
-    const replica = new Replica(this.start);
-    for (const { op: past, t: at } of this.#replica.log) await replica.apply(past, at);
+    const replica = new Replica(this.start, this.#fence);
+    for (const entry of this.#replica.log) {
+      if (entry === 'restart') replica.restart();
+      else await replica.apply(entry.op, entry.t);
+    }
     const answer = await replica.apply(op, Math.max(t, this.floor(op.input.id)));
     return { answer, replica };
   }
@@ -112,6 +139,21 @@ export class Oracle {
     this.#replica.store.close();
     this.#replica = replica;
     this.#floor.set(op.input.id, Math.max(t, this.floor(op.input.id)));
+  }
+
+  /** The store lost everything. */
+  restart(): void {
+    this.#replica.restart();
+  }
+
+  /** Whether the last operation committed recreated a claim (the restart fence). */
+  get recreated(): boolean {
+    return this.#replica.recreated;
+  }
+
+  /** Where the fence's answer to an operation with a lease of `window` ms changes, if it can. */
+  fenceBound(window: number): number | undefined {
+    return this.#replica.fence?.bound(window);
   }
 
   close(): void {
