@@ -49,17 +49,16 @@ export function check(out: Outcome): Verdict {
     // ("a release that fails is left to expire after lockTtl", settle.ts, docs/server.md).
     const releases = calls.filter((c) => c.op === 'release' && c.token === first.token);
     if (releases.some((c) => c.answer === true && c.appliedAt !== undefined && c.appliedAt <= at)) return 'released';
+    // A run that ended in an error gave its key back, whatever its release answered (refused: the claim was
+    // already gone, lost with a store's data or expired): "a retry runs again".
     const ranIntoError = first.threw === true || first.released !== undefined;
-    if (
-      ranIntoError &&
-      first.end !== undefined &&
-      first.end <= at &&
-      releases.some((c) => !confirmed(c.fault, storeTimeout))
-    )
-      return 'released';
+    if (ranIntoError && first.end !== undefined && first.end <= at) return 'released';
     const crashed = crashedAt.get(first.process);
     if (crashed !== undefined && crashed <= at) return 'holder_crashed';
-    if (restartBetween(first.start - storeTimeout, at)) return 'store_forgot';
+    // With the fence, docs/stores.md: "a retry of a finished key runs again; an operation still running never
+    // does": only a run that had ended before the store restarted (its outcome, stored or on its way, forgotten).
+    const restarts = restartedAt.filter((t) => t >= first.start - storeTimeout && t <= at);
+    if (restarts.some((t) => !scenario.fence || (first.end !== undefined && first.end <= t))) return 'store_forgot';
     const mine = calls.filter((c) => c.token === first.token && c.process === first.process && c.sentAt <= at);
     // The bound's d: the longest a confirmed call of this claim took to reach the store.
     let d = 0;
@@ -169,11 +168,14 @@ export function check(out: Outcome): Verdict {
 
   // 4. A completed step never runs again. docs/steps.md: "A later holder of the same key ... gets each
   // recorded step's result back instead of running it again, and runs only the steps that never completed".
+  // docs/steps.md: Redis without persistence "loses them in a restart, as it loses records": the steps of a run
+  // the store restarted under (its save after the restart, past the lost ones, is answered stored unrecorded).
   for (const c of calls) {
     if (c.op !== 'save_step' || c.answer !== 'stored' || c.appliedAt === undefined) continue;
     const key = [0, 1].find((k) => recordIdOf(k) === c.id);
+    const since = runs.find((run) => run.token === c.token)?.start ?? c.appliedAt;
     for (const sr of out.stepRuns) {
-      if (sr.key !== key || sr.name !== c.step || sr.at <= c.appliedAt || restartBetween(c.appliedAt, sr.at)) continue;
+      if (sr.key !== key || sr.name !== c.step || sr.at <= c.appliedAt || restartBetween(since, sr.at)) continue;
       violations.push(`k${key} step ${sr.name} ran again at ${sr.at} (r${sr.request}), recorded at ${c.appliedAt}`);
     }
   }

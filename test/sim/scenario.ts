@@ -85,6 +85,7 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
         { weight: 6, arbitrary: fc.constant<number[]>([]) },
         { weight: 1, arbitrary: fc.array(fc.integer({ min: 0, max: 4 * lockTtl }), { minLength: 1, maxLength: 1 }) },
       ),
+      fence: fc.boolean(),
       seed: fc.integer(),
     });
   });

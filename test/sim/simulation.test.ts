@@ -73,6 +73,7 @@ const renewalRegressions: Record<string, Scenario> = {
     partitions: [],
     crashes: [],
     restarts: [],
+    fence: false,
     seed: 0,
   },
   'two renewals lost at storeTimeout 9, lockTtl 900': {
@@ -92,6 +93,7 @@ const renewalRegressions: Record<string, Scenario> = {
     partitions: [],
     crashes: [],
     restarts: [],
+    fence: false,
     seed: 0,
   },
 };

@@ -11,6 +11,7 @@ import { createEngine } from '../../src/core/engine.js';
 import { hashRecordId } from '../../src/core/events.js';
 import type { IdempotencyEngine } from '../../src/core/types.js';
 import { type MemoryStore, memoryStore } from '../../src/stores/memory/store.js';
+import { behindFence, RestartFence } from '../model/restart-fence.js';
 import { describeFault, type Fault, faultyStore, OK, resetCalls } from './faulty-store.js';
 import { Timeline } from './timeline.js';
 import {
@@ -71,7 +72,13 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
     steps: 0,
     end: 0,
   };
-  const newStore = () => memoryStore({ now: () => STORE_ORIGIN + timeline.now });
+  // With the restart fence, the store loses its data as a fenced Redis does (test/model/restart-fence.ts).
+  const storeNow = () => STORE_ORIGIN + timeline.now;
+  const fence = scenario.fence ? new RestartFence() : undefined;
+  const newStore = () => {
+    const memory = memoryStore({ now: storeNow });
+    return fence === undefined ? memory : behindFence(memory, fence, storeNow);
+  };
   let store: MemoryStore = newStore();
   const faults = new Map<number, Fault>();
   for (const { call, fault } of scenario.faults) if (!faults.has(call)) faults.set(call, fault);
@@ -218,8 +225,9 @@ export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcom
       () => {
         store.close();
         store = newStore();
+        fence?.restart();
         out.restartedAt.push(timeline.now);
-        log('store', 'RESTARTS EMPTY');
+        log('store', `RESTARTS EMPTY${fence === undefined ? '' : ' (the restart fence is on)'}`);
       },
       'world',
     );

@@ -35,8 +35,10 @@ export interface Scenario {
   partitions: { process: number; from: number; to: number }[];
   /** A process crashes at `at`: its operations never return, its later calls never arrive. */
   crashes: { process: number; at: number }[];
-  /** The store forgets everything at these times (an empty restart; the memory store has no restart fence). */
+  /** The store forgets everything at these times (an empty restart). */
   restarts: number[];
+  /** The store has the Redis store's restart fence (test/model/restart-fence.ts). */
+  fence: boolean;
   /** Seeds Math.random (the engine's polling jitter). */
   seed: number;
 }
