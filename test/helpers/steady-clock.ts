@@ -1,7 +1,18 @@
 import { performance } from 'node:perf_hooks';
 
-/** The wall clock's lead over the monotonic one (ms): constant unless the wall clock steps. */
-const wallLead = () => Date.now() - performance.now();
+/**
+ * The wall clock's lead over the monotonic one (ms): constant unless the wall clock steps. The wall clock is
+ * read between two readings of the monotonic one, again (a few times at most) while they are more than 0.5 ms
+ * apart: a thread descheduled between the two clocks' readings, as on a loaded machine, would look like a step.
+ */
+export function wallLead(): number {
+  for (let tries = 0; ; tries++) {
+    const before = performance.now();
+    const wall = Date.now();
+    const after = performance.now();
+    if (after - before <= 0.5 || tries === 4) return wall - (before + after) / 2;
+  }
+}
 
 /** A wall-clock step smaller than this is noise (the two clocks are read a few µs apart). */
 const STEP_MS = 50;

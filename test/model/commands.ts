@@ -45,11 +45,27 @@ export type Spec =
       state: 'absent' | 'in_progress' | 'completed' | 'failed';
       steps: boolean;
       aim: boolean;
+      /**
+       * `expiresAt` in the input: none, the record's expiry as the oracle has it (what an operator read), or
+       * 20 ms before it (a claim renewed since the read). `seen`: that expiry, set when aimed.
+       */
+      expiry: 'none' | 'seen' | 'earlier';
+      seen?: number;
     }
   /** Lets time pass: a few ms, or to `offset` ms around the oracle's next expiry (at most 100 ms). */
   | { kind: 'advance'; to: 'tick' | 'expiry'; offset: number }
   /** The store loses everything (an empty restart, a flush): only for a store whose harness can do it. */
-  | { kind: 'restart' };
+  | { kind: 'restart' }
+  /**
+   * An operator's listing, every page, of the records in `state` (any), of this run's operation name or of every
+   * name, claimed at least `olderThan` ms ago (none: no such filter); this run's records are compared.
+   */
+  | {
+      kind: 'list';
+      state: 'any' | 'in_progress' | 'completed' | 'failed';
+      named: boolean;
+      olderThan: 'none' | 0 | 15 | 60 | 10_000;
+    };
 
 const id = fc.nat({ max: IDS - 1 });
 const token = fc.nat({ max: TOKENS - 1 });
@@ -92,6 +108,22 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
   },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('inspect' as const), id, body: fc.boolean() }) },
   {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('list' as const),
+      state: fc.constantFrom('any' as const, 'in_progress' as const, 'completed' as const, 'failed' as const),
+      named: fc.constantFrom(true, true, false),
+      olderThan: fc.constantFrom(
+        'none' as const,
+        'none' as const,
+        0 as const,
+        15 as const,
+        60 as const,
+        10_000 as const,
+      ),
+    }),
+  },
+  {
     weight: 1,
     arbitrary: fc.record({
       kind: fc.constant('forget' as const),
@@ -100,6 +132,7 @@ export const specArbitrary: fc.Arbitrary<Spec> = fc.oneof(
       state: fc.constantFrom('absent' as const, 'in_progress' as const, 'completed' as const, 'failed' as const),
       steps: fc.boolean(),
       aim,
+      expiry: fc.constantFrom('none' as const, 'none' as const, 'seen' as const, 'earlier' as const),
     }),
   },
   {
@@ -120,6 +153,8 @@ export const specWithRestartArbitrary: fc.Arbitrary<Spec> = fc.oneof(
 
 /** Names of a run's records and tokens. */
 export interface Names {
+  /** The operation name in every record id of the run. */
+  name: string;
   ids: readonly string[];
   tokens: readonly string[];
 }
@@ -130,17 +165,26 @@ export interface Names {
  * nothing to aim at.
  */
 export function aimed(spec: Spec, seen: RecordInfo, names: Names): Spec {
-  if (spec.kind === 'advance' || spec.kind === 'restart' || spec.kind === 'inspect' || !spec.aim) return spec;
+  if (
+    spec.kind === 'advance' ||
+    spec.kind === 'restart' ||
+    spec.kind === 'list' ||
+    spec.kind === 'inspect' ||
+    !spec.aim
+  )
+    return spec;
   const token = seen.token === undefined ? -1 : names.tokens.indexOf(seen.token);
   if (spec.kind === 'forget')
-    return seen.state === 'absent' ? { ...spec, state: 'absent' } : { ...spec, state: seen.state, token };
+    return seen.state === 'absent'
+      ? { ...spec, state: 'absent' }
+      : { ...spec, state: seen.state, token, ...(seen.expiresAt === undefined ? {} : { seen: seen.expiresAt }) };
   if (seen.state !== 'in_progress' || token < 0) return { ...spec, aim: false };
   if (spec.kind === 'saveStep') return { ...spec, token, index: spec.renamed ? spec.index : seen.steps.length };
   return { ...spec, token };
 }
 
 /** The store operation of `spec`, in a run whose records and tokens are `names`; `now` is the store's clock. */
-export function opOf(spec: Exclude<Spec, { kind: 'advance' | 'restart' }>, names: Names, now: number): Op {
+export function opOf(spec: Exclude<Spec, { kind: 'advance' | 'restart' | 'list' }>, names: Names, now: number): Op {
   const id = names.ids[spec.id]!;
   if (spec.kind === 'inspect') return { kind: 'inspect', input: { id, body: spec.body } };
   const t = spec.token;
@@ -170,7 +214,10 @@ export function opOf(spec: Exclude<Spec, { kind: 'advance' | 'restart' }>, names
     }
     case 'forget': {
       const input = { id, state: spec.state, steps: spec.steps };
-      return { kind: 'forget', input: spec.state === 'absent' ? input : { ...input, token } };
+      const read = spec.seen ?? now;
+      const expiresAt = { none: undefined, seen: read, earlier: read - 20 }[spec.expiry];
+      const bounded = expiresAt === undefined ? input : { ...input, expiresAt };
+      return { kind: 'forget', input: spec.state === 'absent' ? bounded : { ...bounded, token } };
     }
   }
 }

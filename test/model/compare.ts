@@ -4,7 +4,7 @@
  * each with the place that documents it; anything else must be equal.
  */
 import type { ClaimResult } from '../../src/core/store.js';
-import type { RecordInfo } from '../../src/core/store-admin.js';
+import type { RecordInfo, RecordSummary } from '../../src/core/store-admin.js';
 import type { Op } from './oracle.js';
 
 /** What a comparison knows besides the two answers. */
@@ -68,6 +68,29 @@ export function agrees(answer: unknown, model: unknown, ctx: Context): boolean {
     default:
       return answer === model;
   }
+}
+
+/** A listing's summary of a record agrees with the oracle's record (as for inspect: times near, `waiting` not compared). */
+export function summaryAgrees(real: RecordSummary, model: RecordInfo, ctx: Omit<Context, 'op'>): boolean {
+  const oracle = narrowed(model, ctx.extra);
+  const { waiting: _w, claimedAt: _c, expiresAt: _e, ...others } = real;
+  const {
+    waiting: _v,
+    claimedAt: _d,
+    expiresAt: _f,
+    time: _t,
+    steps: _s,
+    stepsExpireAt: _x,
+    body: _b,
+    ...expected
+  } = oracle;
+  const sorted = (o: object) => JSON.stringify(o, Object.keys(o).sort());
+  if (sorted(others) !== sorted(expected)) return false;
+  const unknown = ctx.claimless && oracle.state !== 'in_progress'; // see agrees(), inspect
+  return (
+    (unknown || near(real.claimedAt, oracle.claimedAt, ctx.tolerance)) &&
+    near(real.expiresAt, oracle.expiresAt, ctx.tolerance)
+  );
 }
 
 /** The oracle's record without the `extra` ms it was given. */

@@ -6,7 +6,7 @@
  * rules do not decide is not checked.
  */
 import type { ClaimResult, RecordedSteps } from '../../src/core/store.js';
-import type { RecordInfo } from '../../src/core/store-admin.js';
+import { EXPIRY_ROUNDING, type RecordInfo } from '../../src/core/store-admin.js';
 import type { Op } from './oracle.js';
 
 interface Shadow {
@@ -142,6 +142,10 @@ export class Invariants {
         } else if (
           state === 'in_progress' ? holder?.token === token : outcome?.state === state && outcome.token === token
         ) {
+          // Only as the operator read it: not renewed (or stored again) since, a few ms of rounding allowed.
+          const until = state === 'in_progress' ? holder!.until : outcome!.until;
+          if (op.input.expiresAt !== undefined && until > op.input.expiresAt + EXPIRY_ROUNDING)
+            return answer === false ? undefined : 'an operator deletes a record only if not renewed since the read';
           deleted = true;
           if (state === 'in_progress') lose(token!);
           else s.outcome = undefined;

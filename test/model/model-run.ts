@@ -43,7 +43,8 @@ import fc from 'fast-check';
 import { it } from 'vitest';
 import { recordId } from '../../src/core/record-id.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
-import type { RecordInfo } from '../../src/core/store-admin.js';
+import type { ListInput, ListPage, RecordInfo, RecordSummary } from '../../src/core/store-admin.js';
+import { wallLead } from '../helpers/steady-clock.js';
 import {
   aimed,
   IDS,
@@ -55,7 +56,7 @@ import {
   specWithRestartArbitrary,
   TOKENS,
 } from './commands.js';
-import { agrees, type Context, show } from './compare.js';
+import { agrees, type Context, show, summaryAgrees } from './compare.js';
 import { Invariants } from './invariants.js';
 import { exec, type Op, Oracle, type Replica } from './oracle.js';
 
@@ -107,9 +108,6 @@ interface Call {
   hi: number;
 }
 
-/** The wall clock's lead over the monotonic one (as test/helpers/steady-clock.ts reads it). */
-const wallLead = () => Date.now() - performance.now();
-
 class ModelFailure extends Error {
   override name = 'ModelFailure';
 }
@@ -138,6 +136,7 @@ class Run {
   ) {
     const name = `model.${randomUUID().slice(0, 8)}`;
     this.names = {
+      name,
       ids: Array.from({ length: IDS }, (_, i) => recordId(`s${i % 2}`, name, `k${i}`)),
       tokens: Array.from({ length: TOKENS }, (_, i) => `${name}.t${i}`),
     };
@@ -162,7 +161,7 @@ class Run {
   async perform(generated: Spec): Promise<void> {
     this.stats.commands++;
     const spec =
-      generated.kind === 'advance' || generated.kind === 'restart'
+      generated.kind === 'advance' || generated.kind === 'restart' || generated.kind === 'list'
         ? generated
         : aimed(generated, await this.oracle.peek(this.names.ids[generated.id]!), this.names);
     const line = `#${this.#commands++} ${showSpec(spec)}`;
@@ -172,6 +171,7 @@ class Run {
       this.trace.push(`${line}: ${ms} ms`);
       return;
     }
+    if (spec.kind === 'list') return this.list(spec, line);
     if (spec.kind === 'restart') {
       await this.harness.restart!.wipe();
       this.stats.rearm = true;
@@ -212,6 +212,73 @@ class Run {
       this.timeOf(post, (post.answer as RecordInfo).time, `${line}, then inspect`);
     }
     await this.decide(call, line, prefer, post);
+  }
+
+  /**
+   * An operator's listing, every page, checked for this run's records: each listed must be one the oracle has at a
+   * time of the listing's window that the filters keep, as the oracle has it; each not listed, one the oracle has
+   * absent or filtered out at such a time. Near the `olderThan` boundary, or for a record whose claim time the
+   * store may not know (a claimless outcome: "a record whose claim time the store does not know is listed"),
+   * either is right.
+   */
+  async list(spec: Extract<Spec, { kind: 'list' }>, line: string): Promise<void> {
+    const input: ListInput = {
+      ...(spec.state === 'any' ? {} : { state: spec.state }),
+      ...(spec.named ? { name: this.names.name } : {}),
+      ...(spec.olderThan === 'none' ? {} : { olderThan: spec.olderThan }),
+    };
+    const admin = this.harness.store.admin!;
+    const before = this.harness.clock();
+    const listed = new Map<string, { summary: RecordSummary; time: number }>();
+    let cursor: string | undefined;
+    for (let pages = 1; ; pages++) {
+      let page: ListPage;
+      try {
+        page = await admin.list(cursor === undefined ? input : { ...input, cursor });
+      } catch (error) {
+        this.fail(`${line}: the store threw ${String(error)}`);
+      }
+      for (const summary of page.records)
+        if (this.names.ids.includes(summary.id)) listed.set(summary.id, { summary, time: page.time });
+      cursor = page.cursor;
+      if (cursor === undefined) break;
+      if (pages === 10_000) this.fail(`${line}: a listing of more than 10,000 pages`);
+    }
+    const after = this.harness.clock();
+    const slack = this.harness.slack;
+    const tolerance = slack === 0 ? 0 : 2 * slack + 2;
+    const shown: string[] = [];
+    for (const id of this.names.ids) {
+      const lo = Math.max(before - slack, this.oracle.floor(id));
+      const hi = Math.max(after + slack, lo);
+      const real = listed.get(id);
+      const claimless = this.claimless.has(id);
+      const ctx = { notifies: false, tolerance, claimless, extra: this.extra };
+      const tried: string[] = [];
+      let agreed: number | undefined;
+      // Earliest first: a read at a time leaves the oracle as it would be at any later one (oracle.ts).
+      for (const t of candidates(await this.oracle.peek(id, lo), lo, hi, undefined)) {
+        const info = await this.oracle.peek(id, t);
+        const kept = listedAs(info, input, real?.time ?? t, tolerance + (real === undefined ? hi - lo : 0), claimless);
+        const right = real === undefined ? kept !== 'yes' : kept !== 'no' && summaryAgrees(real.summary, info, ctx);
+        if (right) {
+          agreed = t;
+          break;
+        }
+        tried.push(
+          `      ${this.names.ids.indexOf(id)}: oracle at ${this.rel(t)}: ${show(info, this.start)} (${kept})`,
+        );
+      }
+      if (agreed === undefined) {
+        this.trace.push(
+          `${line} → store ${real === undefined ? 'does not list' : `lists ${show(real.summary, this.start)}`} k${this.names.ids.indexOf(id)} | oracle disagrees`,
+        );
+        this.fail(`the store and the oracle disagree on a listing ${JSON.stringify(input)}`, tried);
+      }
+      this.oracle.observe(id, agreed);
+      shown.push(`k${this.names.ids.indexOf(id)} ${real === undefined ? 'not listed' : 'listed'}`);
+    }
+    this.trace.push(`${line} → ${shown.join(', ')} (as the oracle)`);
   }
 
   /** How long an `advance` waits: a few ms, or to `offset` ms around the oracle's next expiry after now. */
@@ -430,6 +497,24 @@ function candidates(seen: RecordInfo, lo: number, hi: number, prefer: number | u
   });
   if (prefer !== undefined) times.sort((a, b) => Math.abs(a - prefer) - Math.abs(b - prefer));
   return times;
+}
+
+/**
+ * Whether a listing with `input` keeps the oracle's record `info`, read at `time` (±`tolerance`): `yes`, `no`, or
+ * `either` where the clocks cannot decide (or, `claimless`, the store may not know the claim time).
+ */
+function listedAs(
+  info: RecordInfo,
+  input: ListInput,
+  time: number,
+  tolerance: number,
+  claimless: boolean,
+): 'yes' | 'no' | 'either' {
+  if (info.state === 'absent' || (input.state !== undefined && info.state !== input.state)) return 'no';
+  if (input.olderThan === undefined || info.claimedAt === undefined) return 'yes';
+  if (claimless && info.state !== 'in_progress') return 'either';
+  const margin = time - input.olderThan - info.claimedAt;
+  return margin >= tolerance ? 'yes' : margin < -tolerance ? 'no' : 'either';
 }
 
 /** The answer changed the record: an inspect reads what it left (and when, by the store's clock, the write ran). */

@@ -116,6 +116,11 @@ export class Oracle {
     return this.#replica.store.admin.inspect({ id, body: true });
   }
 
+  /** A read of `id` (not an operation of the log) took place at `t`: the oracle never goes back on the record. */
+  observe(id: string, t: number): void {
+    this.#floor.set(id, Math.max(t, this.floor(id)));
+  }
+
   /** `op` at `t` on a copy of the oracle: its answer, and the copy to `commit` if that answer is the one. */
   async tryAt(op: Op, t: number): Promise<{ answer: unknown; replica: Replica }> {
     const replica = new Replica(this.start, this.#fence);
