@@ -105,17 +105,27 @@ ready(async (req, res) => {
   if (url.pathname.startsWith('/trpc/')) {
     if (dropNext && req.method === 'POST' && url.pathname.includes('payments.create')) {
       dropNext = false;
+      // tRPC writes the body with res.write, once per chunk, then calls res.end: the first of
+      // those cuts the connection and logs it, once; the calls after it find it cut.
+      let dropped = false;
       const drop = () => {
+        if (dropped) return;
+        dropped = true;
         console.log(JSON.stringify({ event: 'response_dropped', instance: instanceId }));
         // The answer starts and is cut off, as a timeout or a crashed proxy would cut it.
         // (A connection closed before any byte would be resent by some browsers on their own.)
         req.socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n[{"res', () =>
           req.socket.destroy(),
         );
-        return res;
       };
-      res.write = drop as never;
-      res.end = drop as never;
+      res.write = (() => {
+        drop();
+        return true;
+      }) as never;
+      res.end = (() => {
+        drop();
+        return res;
+      }) as never;
     }
     return trpc(req, res);
   }
