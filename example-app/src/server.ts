@@ -174,7 +174,7 @@ console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
 idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
 card provider: ${providerUrl}${ownProvider === undefined ? '' : ' (in this process)'}; the crash control is ${crashable ? 'on' : 'off (it needs several instances sharing a redis or postgres store)'}
 
-Open ${base} for the checkout page, or try:
+Open ${base} for the checkout page, or try (amounts in cents: 1000 is 10.00 EUR):
 First call, runs the charge:
   ${post('order-1', '{"amount":1000,"currency":"EUR","clientTimestamp":1}')}
 Same key again, replayed without charging (idempotent-replayed: true; clientTimestamp is excluded):
