@@ -103,6 +103,7 @@ export async function createApp(options: AppOptions) {
         .meta({ idempotency: { excludeFields: ['clientTimestamp'], transaction } })
         .input(
           z.object({
+            /** In cents (the currency's minor unit): 1000 is 10.00 EUR. */
             amount: z.number().int().positive().max(1_000_000),
             currency: z.enum(['EUR', 'USD', 'GBP']),
             /** When the client sent it: changes on every retry, so it is left out of the fingerprint. */

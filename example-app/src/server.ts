@@ -105,17 +105,27 @@ ready(async (req, res) => {
   if (url.pathname.startsWith('/trpc/')) {
     if (dropNext && req.method === 'POST' && url.pathname.includes('payments.create')) {
       dropNext = false;
+      // tRPC writes the body with res.write, once per chunk, then calls res.end: the first of
+      // those cuts the connection and logs it, once; the calls after it find it cut.
+      let dropped = false;
       const drop = () => {
+        if (dropped) return;
+        dropped = true;
         console.log(JSON.stringify({ event: 'response_dropped', instance: instanceId }));
         // The answer starts and is cut off, as a timeout or a crashed proxy would cut it.
         // (A connection closed before any byte would be resent by some browsers on their own.)
         req.socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n[{"res', () =>
           req.socket.destroy(),
         );
-        return res;
       };
-      res.write = drop as never;
-      res.end = drop as never;
+      res.write = (() => {
+        drop();
+        return true;
+      }) as never;
+      res.end = (() => {
+        drop();
+        return res;
+      }) as never;
     }
     return trpc(req, res);
   }
@@ -164,7 +174,7 @@ console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
 idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
 card provider: ${providerUrl}${ownProvider === undefined ? '' : ' (in this process)'}; the crash control is ${crashable ? 'on' : 'off (it needs several instances sharing a redis or postgres store)'}
 
-Open ${base} for the checkout page, or try:
+Open ${base} for the checkout page, or try (amounts in cents: 1000 is 10.00 EUR):
 First call, runs the charge:
   ${post('order-1', '{"amount":1000,"currency":"EUR","clientTimestamp":1}')}
 Same key again, replayed without charging (idempotent-replayed: true; clientTimestamp is excluded):

@@ -13,16 +13,26 @@ import type { AppRouter } from '../src/app.js';
 type Currency = 'EUR' | 'USD' | 'GBP';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
-const logBox = $<HTMLDivElement>('log');
+const logBox = $<HTMLOListElement>('log');
 /** HH:MM:SS in the browser's time zone. */
 const clock = (at: string | Date) => {
   const d = new Date(at);
   return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
 };
+/** What happened: one entry per event, newest first. */
 const log = (line: string) => {
-  logBox.textContent = `${clock(new Date())}  ${line}\n${logBox.textContent ?? ''}`;
+  const entry = document.createElement('li');
+  const at = document.createElement('span');
+  at.className = 'at';
+  at.textContent = clock(new Date());
+  const what = document.createElement('span');
+  what.className = 'what';
+  what.textContent = line;
+  entry.append(at, what);
+  logBox.prepend(entry);
 };
 const short = (key: string) => `${key.slice(0, 8)}…`;
+/** An amount in cents, as the page shows it: 1050 → "10.50 EUR". */
 const money = (amount: number, currency: string) => `${(amount / 100).toFixed(2)} ${currency}`;
 
 /** A failed attempt, in a few words. */
@@ -151,7 +161,7 @@ async function send(key: string, amount: number, currency: Currency, what: strin
   const call: Call = { line, retries: [] };
   const sent = `${what} ${money(amount, currency)} with key ${short(key)}`;
   show(call, 'pending', `${what}: sending ${money(amount, currency)}…`, `key ${short(key)}`);
-  log(`${what}: ${amount} ${currency} with key ${short(key)}`);
+  log(`${what} ${money(amount, currency)} with key ${short(key)}`);
   try {
     const charge = await client.payments.create.mutate(
       { amount, currency, clientTimestamp: Date.now() },
@@ -160,12 +170,14 @@ async function send(key: string, amount: number, currency: Currency, what: strin
     const answer = answers.get(key);
     const instance = answer?.instance ?? 'unknown';
     line.dataset.instance = instance;
-    log(`charge #${charge.id} (run on ${charge.instance})`);
     const ran = charge.instance === instance ? '' : `charged on ${charge.instance}`;
     const charged = `charge #${charge.id}, ${money(charge.amount, charge.currency)}`;
     const atProvider = `provider charge ${charge.provider.id}`;
     line.dataset.resumed = charge.steps.resumed.join(',');
     if (answer?.replayed) {
+      log(
+        `Replayed charge #${charge.id} (${money(charge.amount, charge.currency)}, charged at ${clock(charge.createdAt)} on ${charge.instance}): not charged again; answered by ${instance}`,
+      );
       show(
         call,
         'replayed',
@@ -179,7 +191,9 @@ async function send(key: string, amount: number, currency: Currency, what: strin
     } else if (charge.steps.resumed.includes('charge')) {
       // The attempt that charged died before its ledger write; this one took over after its claim
       // expired, got the recorded charge step back, and wrote the ledger row.
-      log(`resumed after the charge step recorded by ${charge.provider.instance}: ${atProvider} reused`);
+      log(
+        `Charge #${charge.id} (${money(charge.amount, charge.currency)}) finished by ${charge.instance}: resumed after the charge step recorded by ${charge.provider.instance}, ${atProvider} reused, not charged again`,
+      );
       show(
         call,
         'resumed',
@@ -190,6 +204,7 @@ async function send(key: string, amount: number, currency: Currency, what: strin
         `answered by ${instance}`,
       );
     } else {
+      log(`Charged ${money(charge.amount, charge.currency)}: charge #${charge.id} on ${charge.instance}`);
       show(
         call,
         'charged',
@@ -207,9 +222,11 @@ async function send(key: string, amount: number, currency: Currency, what: strin
     const reason = getIdempotencyReason(error);
     const instance = answers.get(key)?.instance ?? 'no instance';
     line.dataset.instance = instance;
-    log(`failed: ${reason ?? ''} ${(error as Error).message}`);
     if (reason === 'payload_mismatch') {
       const earlier = last?.key === key ? ` (it paid ${money(last.amount, last.currency)})` : '';
+      log(
+        `${what} ${money(amount, currency)} refused: ${status} payload_mismatch, the key was used for another amount${earlier}`,
+      );
       show(
         call,
         'mismatch',
@@ -218,6 +235,9 @@ async function send(key: string, amount: number, currency: Currency, what: strin
         `answered by ${instance}`,
       );
     } else {
+      log(
+        `${what} ${money(amount, currency)} failed: ${status ?? 'no answer'}${reason === undefined ? '' : ` ${reason}`} — ${(error as Error).message}`,
+      );
       show(
         call,
         'failed',
@@ -258,8 +278,10 @@ $<HTMLInputElement>('crash').addEventListener('change', (event) => {
   }
 });
 
+// The field is in the currency's unit with cents (10.50 EUR), as a buyer types it; the API takes
+// cents (1050), as payment APIs do, so that no amount is a float.
 const form = () => ({
-  amount: Number($<HTMLInputElement>('amount').value),
+  amount: Math.round(Number($<HTMLInputElement>('amount').value) * 100),
   currency: $<HTMLSelectElement>('currency').value as Currency,
 });
 
@@ -279,7 +301,8 @@ $<HTMLFormElement>('checkout').addEventListener('submit', async (event) => {
 
 // The last Pay's key with what the form says now: a replay if nothing changed, a 422 if the amount did.
 $<HTMLButtonElement>('resend').addEventListener('click', async () => {
-  if (last === undefined) return;
+  // A button outside the form's submit: check the field as a submit would.
+  if (last === undefined || !$<HTMLInputElement>('amount').reportValidity()) return;
   const { amount, currency } = form();
   await send(last.key, amount, currency, 'Resend');
   await refresh();

@@ -3,7 +3,10 @@
  * playwright-core) against a real instance: each outcome a person should see
  * is on the page (a first run with its time, a replay with the original time,
  * a double click whose 409 was retried, a 422 for the same key with another
- * amount, the instance that answered), and the ledger holds one charge per key.
+ * amount, the instance that answered), amounts are shown with their currency
+ * and cents, What happened has one entry per event and words a replay as one,
+ * no request of the page fails but those the tests provoke, and the ledger
+ * holds one charge per key.
  */
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +25,11 @@ let pgs: PgSchema;
 let app: Instance;
 let browser: Browser;
 let page: Page;
+/** The page's requests that failed or got a status of 400 or more, and its console errors. */
+const failed: string[] = [];
+const consoleErrors: string[] = [];
+/** What the instance printed. */
+let output = '';
 
 beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
@@ -33,8 +41,16 @@ beforeAll(async () => {
     CHARGE_DELAY_MS: '400',
     LOG_EVENTS: '1',
   });
+  app.process.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   browser = await launchChromium();
   page = await browser.newPage({ timezoneId: TIME_ZONE });
+  page.on('requestfailed', (request) => failed.push(`${request.url()} ${request.failure()?.errorText}`));
+  page.on('response', (response) => {
+    if (response.status() >= 400) failed.push(`${response.url()} ${response.status()}`);
+  });
+  page.on('console', (message) => {
+    if (message.type() === 'error') consoleErrors.push(`${message.location().url} ${message.text()}`);
+  });
   await page.goto(app.url);
   await page.waitForSelector('#count:has-text("(0)")');
 }, 120_000);
@@ -81,6 +97,11 @@ const lines = async (): Promise<Line[]> => {
     return id === undefined ? line : { ...line, chargeId: Number(id) };
   });
 };
+/** What happened, one entry per event, oldest first, without the time. */
+const events = async () => (await page.locator('#log li .what').allTextContents()).reverse();
+/** The shortened key, as the page shows it. */
+const short = (key: string) => `${key.slice(0, 8)}…`;
+
 /** Waits until Results has `count` more lines than `before` and none is pending; returns the new ones, oldest first. */
 const settled = async (before: number, count: number): Promise<Line[]> => {
   await expect
@@ -92,8 +113,18 @@ const settled = async (before: number, count: number): Promise<Line[]> => {
 };
 
 describe('checkout page', () => {
+  it('asks for the amount in the currency, with cents, beside the currency; shows a favicon without a request', async () => {
+    expect(await page.locator('label[for="amount"]').textContent()).toBe('Amount');
+    const amount = page.locator('#amount');
+    expect(await amount.inputValue()).toBe('10.00');
+    expect(await amount.getAttribute('step')).toBe('0.01');
+    expect(await page.locator('#currency').inputValue()).toBe('EUR');
+    expect(await page.locator('link[rel="icon"]').getAttribute('href')).toMatch(/^data:image\/svg\+xml,/);
+    expect(await events()).toEqual([]);
+  });
+
   it('a first Pay shows its time; the same key sent again is labelled Replayed, with the original time', async () => {
-    await page.fill('#amount', '1500');
+    await page.fill('#amount', '15.00');
     await page.click('#pay');
     const [first] = await settled(0, 1);
     expect(first).toMatchObject({ outcome: 'charged', instance: 'browser', retries: 0 });
@@ -101,6 +132,10 @@ describe('checkout page', () => {
     expect(first!.headline).toBe(`Charged at ${charged.shown}`);
     expect(first!.detail).toContain('15.00 EUR');
     expect(first!.detail).toContain('answered by browser');
+    expect(await events()).toEqual([
+      `Pay 15.00 EUR with key ${short(first!.key)}`,
+      `Charged 15.00 EUR: charge #${first!.chargeId} on browser`,
+    ]);
 
     // a second later, so that the time of the replay itself would differ from the original's
     await sleep(Math.max(0, charged.at.getTime() + 1_000 - Date.now()));
@@ -111,16 +146,25 @@ describe('checkout page', () => {
     expect(again!.chargeId).toBe(first!.chargeId);
     expect(again!.detail).toContain('not charged again');
     expect(again!.detail).toContain('answered by browser');
+    // the replay is worded as one in What happened too, with the original charge's time
+    expect((await events()).slice(2)).toEqual([
+      `Resend 15.00 EUR with key ${short(first!.key)}`,
+      `Replayed charge #${first!.chargeId} (15.00 EUR, charged at ${charged.shown} on browser): not charged again; answered by browser`,
+    ]);
+    // every amount on the page is in euros with cents, never the API's cents
+    expect(await page.locator('body').textContent()).not.toMatch(/\b1500\b/);
     await app.waitFor(/"result":"replayed"/);
     expect(await ledger()).toBe(1);
     await expect.poll(shownCharges).toBe(1);
+    expect(await page.locator('#charges li').allTextContents()).toEqual([`#${first!.chargeId}  15.00 EUR  on browser`]);
     await page.screenshot({ path: `${artifacts}checkout-replayed.png`, fullPage: true });
   });
 
   it('a double click: the second submit meets 409 in flight, is retried by the link, and gets the replay', async () => {
     const before = (await lines()).length;
+    const logged = (await events()).length;
     const charges = await ledger();
-    await page.fill('#amount', '2500');
+    await page.fill('#amount', '25.00');
     await page.dblclick('#pay');
     const [first, second] = await settled(before, 2);
     // one ran; the other, sent while it ran, met 409, was retried with the same key and got the stored charge
@@ -138,9 +182,23 @@ describe('checkout page', () => {
     const charged = await chargedAt(ran!.chargeId!);
     expect(ran!.headline).toBe(`Charged at ${charged.shown}`);
     expect(retried!.headline).toBe(`Replayed — originally charged at ${charged.shown}`);
-    // the page's log, newest first, shows the link's retry of that 409
-    expect(await page.locator('#log').textContent()).toMatch(
-      /attempt 1 failed \(A request with this idempotency key is still being processed[^\n]*retrying with the same key/,
+    // What happened, one entry per event: two clicks, the link's retries of the 409, one charge, one replay
+    const key = short(ran!.key);
+    const log = (await events()).slice(logged);
+    expect(log).toHaveLength(2 + retried!.retries + 2);
+    expect(log.slice(0, 2)).toEqual([`Pay 25.00 EUR with key ${key}`, `Pay 25.00 EUR with key ${key}`]);
+    const retries = log.filter((e) => e.startsWith('attempt '));
+    expect(retries).toHaveLength(retried!.retries);
+    expect(retries[0]).toMatch(
+      new RegExp(
+        `^attempt 1 failed \\(A request with this idempotency key is still being processed.*\\); retrying with the same key ${key} in \\d+ ms$`,
+      ),
+    );
+    expect(log.filter((e) => e.startsWith('Charged'))).toEqual([
+      `Charged 25.00 EUR: charge #${ran!.chargeId} on browser`,
+    ]);
+    expect(log.at(-1)).toBe(
+      `Replayed charge #${ran!.chargeId} (25.00 EUR, charged at ${charged.shown} on browser): not charged again; answered by browser`,
     );
     expect(await ledger()).toBe(charges + 1);
     await expect.poll(shownCharges).toBe(charges + 1);
@@ -149,9 +207,10 @@ describe('checkout page', () => {
 
   it('the same key with another amount is refused with 422, explained; a new Pay gets a new key', async () => {
     const before = (await lines()).length;
+    const logged = (await events()).length;
     const charges = await ledger();
     const lastKey = (await lines()).at(-1)!.key;
-    await page.fill('#amount', '2600'); // the last Pay was 25.00 EUR
+    await page.fill('#amount', '26.00'); // the last Pay was 25.00 EUR
     await page.click('#resend');
     const [refused] = await settled(before, 1);
     expect(refused).toMatchObject({ outcome: 'mismatch', key: lastKey, instance: 'browser', retries: 0 });
@@ -169,14 +228,23 @@ describe('checkout page', () => {
     expect(paid!.key).not.toBe(lastKey);
     expect(paid!.detail).toContain('26.00 EUR');
     expect(await ledger()).toBe(charges + 1);
+    expect((await events()).slice(logged)).toEqual([
+      `Resend 26.00 EUR with key ${short(lastKey)}`,
+      'Resend 26.00 EUR refused: 422 payload_mismatch, the key was used for another amount (it paid 25.00 EUR)',
+      `Pay 26.00 EUR with key ${short(paid!.key)}`,
+      `Charged 26.00 EUR: charge #${paid!.chargeId} on browser`,
+    ]);
   });
 
-  it('a Pay whose response is dropped is retried with the same key and answered by the replay', async () => {
+  it('a Pay whose response is dropped is retried with the same key and answered by the replay, each logged once', async () => {
     const before = (await lines()).length;
+    const logged = (await events()).length;
     const charges = await ledger();
     await page.check('#drop');
-    await expect.poll(() => page.locator('#log').textContent()).toMatch(/will drop its next/);
-    await page.fill('#amount', '4200');
+    await expect
+      .poll(async () => (await events()).slice(logged))
+      .toEqual(['the server will drop its next payments.create response (after charging)']);
+    await page.fill('#amount', '42.00');
     await page.click('#pay');
     await app.waitFor(/"response_dropped"/);
     const [line] = await settled(before, 1);
@@ -185,14 +253,36 @@ describe('checkout page', () => {
     expect(line!.retried).toMatch(/^Retried 1× by the client link with the same key, after: no answer \(/);
     const charged = await chargedAt(line!.chargeId!);
     expect(line!.headline).toBe(`Replayed — originally charged at ${charged.shown}`);
-    // the page's log, newest first: the charge, then (below) the failed attempt retried with the same key
-    const log = (await page.locator('#log').textContent()) ?? '';
-    const [latest] = log.split(/Pay: 4200 EUR/);
-    expect(latest).toMatch(/charge #\d+ \(run on browser\)\n[\s\S]*attempt 1 failed[\s\S]*retrying with the same key/);
+    // What happened: the Pay, its failed attempt retried with the same key, the replay; each once
+    const key = short(line!.key);
+    const log = (await events()).slice(logged + 1);
+    expect(log).toHaveLength(3);
+    expect(log[0]).toBe(`Pay 42.00 EUR with key ${key}`);
+    expect(log[1]).toMatch(
+      new RegExp(`^attempt 1 failed \\(Failed to fetch\\); retrying with the same key ${key} in \\d+ ms$`),
+    );
+    expect(log[2]).toBe(
+      `Replayed charge #${line!.chargeId} (42.00 EUR, charged at ${charged.shown} on browser): not charged again; answered by browser`,
+    );
+    // the server dropped one response and says so once (tRPC's res.write and res.end both reach the drop)
+    const afterDrop = () => output.slice(output.indexOf('"event":"response_dropped"'));
+    await expect.poll(afterDrop).toMatch(/"result":"replayed"/);
+    expect(output.match(/"event":"response_dropped"/g)).toHaveLength(1);
+    expect(failed.filter((f) => f.includes('ERR_CONTENT_LENGTH_MISMATCH'))).toHaveLength(1);
     expect(await ledger()).toBe(charges + 1);
     await expect.poll(shownCharges).toBe(charges + 1);
     const rows = await page.locator('#charges li').allTextContents();
     expect(rows.filter((r) => r.includes('42.00 EUR'))).toHaveLength(1);
     await page.screenshot({ path: `${artifacts}checkout-dropped-response.png`, fullPage: true });
+  });
+
+  it('no request of the page failed but the payment calls the tests provoked; none asked for a favicon', async () => {
+    const provoked = /\/trpc\/payments\.create\?batch=1 /;
+    expect(failed.filter((f) => !provoked.test(f))).toEqual([]);
+    // the 422, the dropped response (the double click's 409 came in a batch with the charge: 207)
+    expect(failed.map((f) => f.replace(/^.*\?batch=1 /, ''))).toEqual(['422', 'net::ERR_CONTENT_LENGTH_MISMATCH']);
+    // Chromium fetches the favicon itself: Playwright reports no request for it, only the console
+    // error of a failed load, located at its URL (/favicon.ico when the page names no icon).
+    expect(consoleErrors.filter((e) => !provoked.test(e))).toEqual([]);
   });
 });
