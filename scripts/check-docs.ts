@@ -1,6 +1,6 @@
 /**
- * Typechecks every TypeScript block of README.md and docs/*.md against the
- * built package (run `npm run build` first).
+ * Typechecks every TypeScript block of README.md and docs/ (its subfolders
+ * too) against the built package (run `npm run build` first).
  *
  * A block's info string names the file it is (```ts server.ts); the blocks of
  * one page are written into one folder, so client.ts can import './server.js'.
@@ -8,20 +8,38 @@
  * lines say `<!-- snippets: checked by test/… -->` is checked by that test
  * instead (the create-t3-app page, whose blocks are files of a generated app).
  *
+ * Each block is compiled twice, as a user pastes it: in a project whose
+ * package.json says "type": "module" and in one that says "type": "commonjs"
+ * (npm init's default). `module: NodeNext` takes the module kind from that, so
+ * top-level await, for one, fails in the CommonJS project. A block whose first
+ * line begins `// Needs "type": "module"` says so to its reader and is
+ * compiled as ESM only.
+ *
  * Every relative link must name a file that exists, and a heading that exists
  * when it has an #anchor (GitHub's slugs).
  *
- * The folders sit inside this package, so `import … from 'trpc-idempotency'`
- * resolves through package.json's `exports` to dist/, as in a user's project.
+ * Each project has node_modules/trpc-idempotency linked to this package, so
+ * `import … from 'trpc-idempotency'` resolves through package.json's
+ * `exports` to dist/ (`import` or `require` condition), as in a user's project.
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = join(ROOT, '.docs-check');
 const LANGS = new Set(['ts', 'tsx', 'typescript']);
+/** The first line of a block that needs an ES module (top-level await, say), and says how to get one. */
+export const ESM_ONLY = /^\/\/ Needs "type": "module"/;
+
+/** The package.json "type" of the two projects each block is compiled in. */
+export type Mode = 'module' | 'commonjs';
+
+/** The projects a block is compiled in: both, or ESM only when its first line says it needs it. */
+export function modesOf(block: Pick<Block, 'code'>): Mode[] {
+  return ESM_ONLY.test(block.code.split('\n')[0] ?? '') ? ['module'] : ['module', 'commonjs'];
+}
 
 export interface Block {
   page: string;
@@ -89,25 +107,64 @@ function linkProblems(all: string[]): string[] {
 }
 
 function pages(): string[] {
-  const docs = readdirSync(join(ROOT, 'docs'))
+  const docs = (readdirSync(join(ROOT, 'docs'), { recursive: true }) as string[])
     .filter((f) => f.endsWith('.md'))
-    .sort()
-    .map((f) => `docs/${f}`);
+    .map((f) => `docs/${f.split('\\').join('/')}`)
+    .sort();
   return ['README.md', ...docs];
 }
 
-function main() {
+const TSCONFIG = {
+  compilerOptions: {
+    target: 'ES2022',
+    lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
+    moduleDetection: 'force',
+    jsx: 'react-jsx',
+    types: ['node'],
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    noUnusedLocals: false,
+  },
+  include: ['**/*.ts', '**/*.tsx'],
+  exclude: ['node_modules'],
+};
+
+/** Runs tsc on one project; resolves to its diagnostics ('' when there are none). */
+function tsc(project: string): Promise<string> {
+  return new Promise((resolve) => {
+    execFile(
+      join(ROOT, 'node_modules/.bin/tsc'),
+      ['-p', join(project, 'tsconfig.json'), '--pretty', 'false'],
+      { cwd: ROOT, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 },
+      (error, stdout, stderr) => resolve(error ? `${stdout}${stderr}` || String(error) : ''),
+    );
+  });
+}
+
+async function main() {
   if (!existsSync(join(ROOT, 'dist/index.d.ts'))) {
     console.error('dist/ is missing: run `npm run build` first (the snippets are checked against the built package).');
     process.exit(2);
   }
   rmSync(OUT, { recursive: true, force: true });
-  mkdirSync(OUT, { recursive: true });
+  const modes: Mode[] = ['module', 'commonjs'];
+  for (const mode of modes) {
+    const project = join(OUT, mode);
+    mkdirSync(join(project, 'node_modules'), { recursive: true });
+    writeFileSync(join(project, 'package.json'), `${JSON.stringify({ private: true, type: mode }, null, 2)}\n`);
+    writeFileSync(join(project, 'tsconfig.json'), `${JSON.stringify(TSCONFIG, null, 2)}\n`);
+    // as `npm install trpc-idempotency` would put it; its exports map picks import or require
+    symlinkSync(ROOT, join(project, 'node_modules/trpc-idempotency'), 'dir');
+  }
   const problems: string[] = linkProblems(pages());
-  const written = new Map<string, Block>(); // .docs-check path → block
+  const written = new Map<string, Block>(); // path under a project → block
   let fragments = 0;
   let elsewhere = 0;
   let checked = 0;
+  let esmOnly = 0;
   const pagesChecked: string[] = [];
 
   for (const page of pages()) {
@@ -144,61 +201,39 @@ function main() {
         continue;
       }
       titles.add(block.title);
-      const file = join(OUT, slug, block.title);
-      mkdirSync(dirname(file), { recursive: true });
-      writeFileSync(file, `${block.code}\n`);
-      written.set(relative(ROOT, file), block);
+      const blockModes = modesOf(block);
+      if (blockModes.length === 1) esmOnly++;
+      for (const mode of blockModes) {
+        const file = join(OUT, mode, slug, block.title);
+        mkdirSync(dirname(file), { recursive: true });
+        writeFileSync(file, `${block.code}\n`);
+        written.set(relative(ROOT, file), block);
+      }
       checked++;
     }
     if (titles.size > 0) pagesChecked.push(page);
   }
 
-  writeFileSync(
-    join(OUT, 'tsconfig.json'),
-    JSON.stringify(
-      {
-        compilerOptions: {
-          target: 'ES2022',
-          lib: ['ES2023', 'DOM', 'DOM.Iterable'],
-          module: 'NodeNext',
-          moduleResolution: 'NodeNext',
-          moduleDetection: 'force',
-          jsx: 'react-jsx',
-          types: ['node'],
-          strict: true,
-          noEmit: true,
-          skipLibCheck: true,
-          noUnusedLocals: false,
-        },
-        include: ['**/*.ts', '**/*.tsx'],
-      },
-      null,
-      2,
-    ),
-  );
-
   if (checked > 0) {
-    try {
-      execFileSync(join(ROOT, 'node_modules/.bin/tsc'), ['-p', join(OUT, 'tsconfig.json'), '--pretty', 'false'], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-    } catch (error) {
-      const output =
-        String((error as { stdout?: string }).stdout ?? '') + String((error as { stderr?: string }).stderr ?? '');
-      for (const line of output.split('\n').filter(Boolean)) {
+    const outputs = await Promise.all(modes.map((mode) => tsc(join(OUT, mode))));
+    modes.forEach((mode, i) => {
+      for (const line of outputs[i]!.split('\n').filter(Boolean)) {
         const at = /^(.+?)\((\d+),(\d+)\): (.*)$/.exec(line);
         const block = at ? written.get(relative(ROOT, join(ROOT, at[1]!))) : undefined;
         if (at && block) {
-          problems.push(`${block.page}:${block.line + Number(at[2]) - 1}:${at[3]} (${block.title}): ${at[4]}`);
-        } else problems.push(line);
+          const hint =
+            mode === 'commonjs' && /\bTS1309\b|\bTS1378\b|\bTS1375\b|top-level 'await'/i.test(at[4]!)
+              ? ' (write an async main, or make the block\'s first line say `// Needs "type": "module" in package.json (npm pkg set type=module): top-level await.`)'
+              : '';
+          problems.push(
+            `${block.page}:${block.line + Number(at[2]) - 1}:${at[3]} (${block.title}, "type": "${mode}"): ${at[4]}${hint}`,
+          );
+        } else if (/error/i.test(line)) problems.push(`("type": "${mode}") ${line}`);
       }
-      if (problems.length === 0) problems.push(output || String(error));
-    }
+    });
   }
 
-  const summary = `${checked} blocks typechecked in ${pagesChecked.length} pages, ${fragments} fragments skipped, ${elsewhere} checked by other tests`;
+  const summary = `${checked} blocks typechecked in ${pagesChecked.length} pages, as ESM and as CommonJS (${esmOnly} as ESM only: they say so), ${fragments} fragments skipped, ${elsewhere} checked by other tests`;
   if (problems.length > 0) {
     console.error(problems.join('\n'));
     console.error(`\n${problems.length} problems; ${summary}`);
@@ -207,4 +242,4 @@ function main() {
   console.log(summary);
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) main();
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();

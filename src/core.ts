@@ -4,8 +4,8 @@
 // users); parseIdempotencyKey and MAX_KEY_LENGTH (reading a key from a queue
 // message or a webhook); DEFAULT_POLICY (building on the defaults);
 // deriveStepKey, recordId and fingerprint (a step's key, a record's id and
-// fingerprint outside a call: docs/steps.md, docs/stores.md); the store
-// contract, storeFailure and StoreFailureKind (store authors).
+// fingerprint outside a call: docs/steps.md, docs/reference/store-contract.md);
+// the store contract, storeFailure and StoreFailureKind (store authors).
 
 export type {
   IdempotencyAdmin,

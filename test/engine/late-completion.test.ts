@@ -1,8 +1,8 @@
 /**
  * A completion the store does not confirm, on virtual time (no sleeps): it is retried in the
  * background, and every such run ends in one event that says how, within 2 × lockTtl of the first
- * failure, even when a request is sent and never answered (docs/observability.md). A completion
- * that lands later than that is reported when it lands.
+ * failure, even when a request is sent and never answered (docs/reference/events.md, "A completion
+ * that fails"). A completion that lands later than that is reported when it lands.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type IdempotencyEvent, memoryStore } from '../../src/index.js';

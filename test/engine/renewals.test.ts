@@ -3,7 +3,7 @@
  * store; A's renewals are lost (sent, never answered) or delayed on the way; B, another instance,
  * tries the same key the first millisecond A's claim could have expired, as a client's retry sent to
  * another instance by a load balancer would. The
- * bound docs/server.md states: a claim survives k consecutive lost renewals when
+ * bound docs/getting-started.md states: a claim survives k consecutive lost renewals when
  * lockTtl / 3 + k × storeTimeout + d < lockTtl (d: the time a renewal takes to reach the store), so
  * one lost renewal at every storeTimeout the options allow.
  */

@@ -1,5 +1,5 @@
 /**
- * docs/server.md's adapter snippets, as the page shows them, served on each
+ * docs/adapters.md's adapter snippets, as the page shows them, served on each
  * adapter from one temporary project where the packed library is installed
  * beside Express 5, Express 4 (as `express4`, npm:express@4), Fastify 5 and
  * Next.js, with a plain `npm install` (no peer flags):
@@ -56,7 +56,7 @@ function snippet(page: string, title: string): string {
   return `${found.code}\n`;
 }
 
-/** docs/server.md's snippets and where each goes in the project (the Pages route beside the App route's path). */
+/** docs/adapters.md's snippets and where each goes in the project (the Pages route beside the App route's path). */
 const SERVER_SNIPPETS: Array<[title: string, file: string]> = [
   ['standalone.ts', 'standalone.ts'],
   ['fetch.ts', 'fetch.ts'],
@@ -391,7 +391,7 @@ beforeAll(async () => {
   }
 
   // 2. the sources: the pages' snippets, the router they import, the bridges
-  for (const [title, file] of SERVER_SNIPPETS) writeFile(file, snippet('docs/server.md', title));
+  for (const [title, file] of SERVER_SNIPPETS) writeFile(file, snippet('docs/adapters.md', title));
   for (const title of ['context.ts', 'handler.ts']) writeFile(`lambda/${title}`, snippet('docs/lambda.md', title));
   copyFileSync(join(FIXTURES, 'router.ts'), join(dir, 'router.ts'));
   copyFileSync(join(FIXTURES, 'lambda/server.ts'), join(dir, 'lambda/server.ts'));
@@ -466,7 +466,7 @@ afterAll(async () => {
   if (dir !== undefined && process.env.KEEP_STACKS !== '1') rmSync(dir, { recursive: true, force: true });
 }, 60_000);
 
-describe('docs/server.md and docs/lambda.md on each adapter, with the packed library', () => {
+describe('docs/adapters.md and docs/lambda.md on each adapter, with the packed library', () => {
   const adapters: Adapter[] = [];
 
   beforeAll(async () => {

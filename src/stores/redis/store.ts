@@ -47,7 +47,7 @@ export interface RedisStoreOptions {
    * (an empty restart, a flush), so that operations still running store their
    * outcomes before a retry could run them again: those claims answer 503.
    * Redis tells by a marker that `initialize()` writes once; run it when the
-   * Redis is new, not at every start (docs/stores.md, "Durability").
+   * Redis is new, not at every start (docs/durability.md, "The restart fence").
    * @default false
    */
   restartFence?: boolean;
@@ -294,6 +294,6 @@ function fenceUp(time: number, reopen: number): Error {
     `redisStore: Redis has lost its data (an empty restart or a flush: the restart fence's marker is missing), ` +
       `so claims of keys it does not hold are refused for ${Math.max(0, reopen - time)} ms more, until ` +
       `${new Date(reopen).toISOString()}, while operations that were running store their outcomes. ` +
-      'If this Redis is new, run store.initialize() once (docs/stores.md, "Durability").',
+      'If this Redis is new, run store.initialize() once (docs/durability.md, "The restart fence").',
   );
 }

@@ -1,4 +1,4 @@
-// `node --import ./express4-alias.mjs out/express.js`: docs/server.md's express.ts, run on Express 4
+// `node --import ./express4-alias.mjs out/express.js`: docs/adapters.md's express.ts, run on Express 4
 // (installed as `express4`, npm:express@4): every import of `express` resolves to it, and says so.
 import { register } from 'node:module';
 

@@ -1,12 +1,12 @@
 /**
- * Serves docs/server.md's fetch.ts `handler` (a `Request` in, a `Response`
+ * Serves docs/adapters.md's fetch.ts `handler` (a `Request` in, a `Response`
  * out, as Bun, Deno or Hono call it) on Node's http server: each request
  * becomes a `Request` whose headers are every header line received, in order
  * (a header sent twice is appended twice, as a runtime's `Headers` holds it).
  */
 import { createServer } from 'node:http';
 
-/** docs/server.md's fetch.ts, beside this file in the project (not in the repository: a name tsc does not follow). */
+/** docs/adapters.md's fetch.ts, beside this file in the project (not in the repository: a name tsc does not follow). */
 const SNIPPET = './fetch.js';
 const { handler } = (await import(SNIPPET)) as { handler: (req: Request) => Promise<Response> };
 

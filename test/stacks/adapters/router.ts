@@ -1,5 +1,5 @@
 /**
- * The router docs/server.md's adapter snippets import (`./router.js`), as the
+ * The router docs/adapters.md's adapter snippets import (`./router.js`), as the
  * test serves it: the page's `pay`, context-free as the page's, and what the
  * scenario needs besides: a mutation held open until released (a request
  * still running when its duplicate comes, for the 409) and the count of
