@@ -66,7 +66,7 @@ async function trpcServer(): Promise<Server> {
     } else if (variant.startsWith('redis')) {
       const { redisStore } = (await libModule('redis.js')) as typeof import('../dist/redis.js');
       if (variant === 'redis-fence') {
-        // The restart fence, its marker written once as docs/stores.md says (a Redis that lost it refuses claims).
+        // The restart fence, its marker written once as docs/durability.md says (a Redis that lost it refuses claims).
         const fenced = redisStore({ client: nodeRedis ?? redis, restartFence: true });
         await fenced.initialize();
         store = fenced;

@@ -36,17 +36,15 @@ export function check(out: Outcome): Verdict {
   const causes: Verdict['causes'] = {};
   const restartBetween = (from: number, to: number) => restartedAt.some((t) => t >= from && t <= to);
 
-  // 1. At most once per key. docs/server.md: "a slow but alive request is never run twice", "k renewals
-  // lost in a row (no answer, or an error) are survived when lockTtl / 3 + k × storeTimeout + d < lockTtl";
-  // the causes it documents for a second run: "5xx, throw, retryable() ──▶ released → absent (retry
-  // runs again)"; "lockTtl passes without renewal (holder crashed) ──▶ absent"; docs/stores.md:
-  // "a restart comes back empty: stored outcomes are gone (their retries run again) and claims are
-  // gone (without restartFence, a duplicate of a request still running can run beside it)"; the
-  // completion "is retried in the background until lockTtl ... past that, a retry of the client may
-  // run the operation again" (docs/operations.md).
+  // 1. At most once per key. docs/getting-started.md: "a slow but alive request is never run twice", "k
+  // renewals lost in a row (no answer, or an error) are survived when lockTtl / 3 + k × storeTimeout + d <
+  // lockTtl"; the causes it documents for a second run: "released → absent" (a 5xx, a throw), "holder
+  // crashed"; docs/stores.md: "Without persistence a restart comes back empty: outcomes and claims are
+  // gone"; docs/durability.md: without the fence "a retry of a key still running runs beside it"; the
+  // completion "is retried in the background until lockTtl has passed ... past that, a retry of the
+  // client may run the operation again" (docs/troubleshooting.md).
   const excuse = (first: Run, at: number): Cause | undefined => {
-    // Released: the store gave the key back by then, or the run ended in an error whose release failed
-    // ("a release that fails is left to expire after lockTtl", settle.ts, docs/server.md).
+    // Released: the store gave the key back by then, or the run ended in an error (see below).
     const releases = calls.filter((c) => c.op === 'release' && c.token === first.token);
     if (releases.some((c) => c.answer === true && c.appliedAt !== undefined && c.appliedAt <= at)) return 'released';
     // A run that ended in an error gave its key back, whatever its release answered (refused: the claim was
@@ -55,8 +53,8 @@ export function check(out: Outcome): Verdict {
     if (ranIntoError && first.end !== undefined && first.end <= at) return 'released';
     const crashed = crashedAt.get(first.process);
     if (crashed !== undefined && crashed <= at) return 'holder_crashed';
-    // With the fence, docs/stores.md: "a retry of a finished key runs again; an operation still running never
-    // does": only a run that had ended before the store restarted (its outcome, stored or on its way, forgotten).
+    // With the fence, docs/durability.md: "a retry of a finished key; never a key still running": only a run
+    // that had ended before the store restarted (its outcome, stored or on its way, forgotten).
     const restarts = restartedAt.filter((t) => t >= first.start - storeTimeout && t <= at);
     if (restarts.some((t) => !scenario.fence || (first.end !== undefined && first.end <= t))) return 'store_forgot';
     const mine = calls.filter((c) => c.token === first.token && c.process === first.process && c.sentAt <= at);
@@ -88,11 +86,11 @@ export function check(out: Outcome): Verdict {
         if (cause === undefined) {
           violations.push(
             `k${key} ran twice: r${first.request} (${first.process}, from ${first.start}) and r${second.request} ` +
-              `(${second.process}, from ${second.start}), with no documented cause (server.md: "a slow but alive request is never run twice")`,
+              `(${second.process}, from ${second.start}), with no documented cause (getting-started.md: "a slow but alive request is never run twice")`,
           );
         } else {
           causes[cause] = (causes[cause] ?? 0) + 1;
-          // docs/server.md: "The resolver's signal aborts as soon as the claim is lost: ... no renewal was
+          // docs/getting-started.md: "The resolver's signal aborts as soon as the claim is lost: ... no renewal was
           // confirmed for a whole lockTtl (... from then on the store may give the key to another request)".
           const running = first.end === undefined || first.end > second.start;
           const crashed = crashedAt.get(first.process);
@@ -113,7 +111,7 @@ export function check(out: Outcome): Verdict {
   }
 
   // 2. Every attempt ends with exactly one documented answer within a bound, never a hang or an
-  // unhandled rejection. docs/server.md: "The longest a single store call may take ... past it the
+  // unhandled rejection. docs/reference/options.md (storeTimeout): "The longest one store call may take ... past it the
   // call counts as a store failure"; errors.md lists the reasons. The bound: the claim (a late answer
   // is claimed once more: 2 calls, plus a release of another payload's steps), a wait (waitTimeout,
   // 'wait' mode: up to 3 claims and a subscription more), the operation and its step saves, the completion.
@@ -152,8 +150,9 @@ export function check(out: Outcome): Verdict {
   }
   for (const reason of out.unhandled) violations.push(`unhandled rejection: ${String(reason)}`);
 
-  // 3. A replay equals the first outcome. docs/server.md: "Completed or failed with the same
-  // fingerprint: replay"; "The second answer carries Idempotent-Replayed: true and the same chargeId".
+  // 3. A replay equals the first outcome. docs/getting-started.md: "Completed or failed with the same
+  // fingerprint: replay" (docs/getting-started.md: "The second answer carries `Idempotent-Replayed: true` and the
+  // same `chargeId`").
   for (const answer of out.answers) {
     if (answer.result?.ok !== true || !answer.result.replayed) continue;
     const r = scenario.requests[answer.request]!;
@@ -166,10 +165,10 @@ export function check(out: Outcome): Verdict {
     }
   }
 
-  // 4. A completed step never runs again. docs/steps.md: "A later holder of the same key ... gets each
-  // recorded step's result back instead of running it again, and runs only the steps that never completed".
-  // docs/steps.md: Redis without persistence "loses them in a restart, as it loses records": the steps of a run
-  // the store restarted under (its save after the restart, past the lost ones, is answered stored unrecorded).
+  // 4. A completed step never runs again. docs/steps.md: "On a retry, the recorded step at its position
+  // resolves to its result"; docs/durability.md, after an empty restart: "Outcomes stored before the loss are
+  // gone, fence or not; steps recorded before it too": the steps of a run the store restarted under (its save
+  // after the restart, past the lost ones, is answered stored unrecorded).
   for (const c of calls) {
     if (c.op !== 'save_step' || c.answer !== 'stored' || c.appliedAt === undefined) continue;
     const key = [0, 1].find((k) => recordIdOf(k) === c.id);
@@ -180,7 +179,7 @@ export function check(out: Outcome): Verdict {
     }
   }
 
-  // 5. Every claimed run emits exactly one terminal event. docs/observability.md: the completion
+  // 5. Every claimed run emits exactly one terminal event. docs/reference/events.md: the completion
   // "ends, at most 2 × lockTtl after that first failure, in one of" completed (completed_late),
   // lease_lost (fenced) or store_error (gave_up); lease_lost is "once per claim"; a completion that
   // lands after a gave_up "is reported when it lands". A run ends in completed, released, a failed
