@@ -555,8 +555,12 @@ function ranAt(op: Op, info: RecordInfo): number | undefined {
       if (info.state !== op.input.state || info.token !== op.input.token || info.expiresAt === undefined) return;
       return info.expiresAt - op.input.ttl;
     case 'saveStep':
-      if (info.steps.length <= op.input.index || info.stepsExpireAt === undefined) return;
-      return info.stepsExpireAt - op.input.ttl;
+      if (info.steps.length > op.input.index && info.stepsExpireAt !== undefined)
+        return info.stepsExpireAt - op.input.ttl;
+      // Not recorded: a save that recreated its claim (the restart fence) past the lost steps, whose lease began then
+      // (for a claim that was not recreated, this is its claim time, before the save's window: not used).
+      if (info.state !== 'in_progress' || info.token !== op.input.token || info.expiresAt === undefined) return;
+      return info.expiresAt - op.input.lockTtl;
     default:
       return undefined;
   }

@@ -183,7 +183,8 @@ export function redisAdmin({ client, connection, prefix, channel }: RedisAdminOp
         if (state !== undefined && record.state !== state) continue;
         if (name !== undefined && nameOfRecordId(record.id) !== name) continue;
         examined++;
-        if (olderThan !== undefined && record.claimedAt !== undefined && record.claimedAt > now - olderThan) continue;
+        // By the page's time, as it reports it (each record is read a little later, at `now`).
+        if (olderThan !== undefined && record.claimedAt !== undefined && record.claimedAt > time - olderThan) continue;
         records.push(record);
       }
 
