@@ -79,6 +79,8 @@ export interface ModelHarness {
    */
   restart?: {
     fence: boolean;
+    /** The marker a record's scripts read, when there are several (a Redis Cluster keeps one per slot). */
+    markerOf?: (id: string) => string;
     /** Deletes everything the store holds (the fence's marker too). */
     wipe(): Promise<void>;
     /** Makes the store new again (its marker written, as `initialize()` does): before a sequence, after a wipe. */
@@ -142,7 +144,11 @@ class Run {
     };
     this.start = harness.clock();
     this.extra = harness.inclusiveExpiry === true ? 1 : 0;
-    this.oracle = new Oracle(this.start - harness.slack, harness.restart?.fence ? { extra: this.extra } : undefined);
+    const { restart } = harness;
+    const fence = restart?.fence
+      ? { extra: this.extra, ...(restart.markerOf ? { markerOf: restart.markerOf } : {}) }
+      : undefined;
+    this.oracle = new Oracle(this.start - harness.slack, fence);
     this.invariants = new Invariants(this.extra);
     stats.sequences++;
   }
@@ -336,7 +342,7 @@ class Run {
     const hi = Math.max(call.hi, lo);
     if (prefer !== undefined && (prefer < lo || prefer > hi)) prefer = undefined;
     const seen = await this.oracle.peek(id, lo);
-    const times = candidates(seen, lo, hi, prefer, this.oracle.fenceBound(fenceWindow(asked)));
+    const times = candidates(seen, lo, hi, prefer, this.oracle.fenceBound(id, fenceWindow(asked)));
     const ctx = this.context(asked, lo, hi, this.claimless.has(id));
     type Try = {
       t: number;

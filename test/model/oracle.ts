@@ -52,6 +52,12 @@ export async function exec(store: IdempotencyStore, op: Op): Promise<unknown> {
   }
 }
 
+/** The restart fence of the store under test (see restart-fence.ts). */
+export interface FenceOptions {
+  extra: number;
+  markerOf?: (id: string) => string;
+}
+
 /** What the oracle is of: the store's data lost, or an operation at a time. */
 type Entry = { op: Op; t: number } | 'restart';
 
@@ -61,10 +67,10 @@ class Replica {
   store: MemoryStore;
   readonly fence: RestartFence | undefined;
   readonly log: Entry[] = [];
-  constructor(now: number, fence: { extra: number } | undefined) {
+  constructor(now: number, fence: FenceOptions | undefined) {
     this.now = now;
     this.store = memoryStore({ now: () => this.now });
-    this.fence = fence === undefined ? undefined : new RestartFence(fence.extra);
+    this.fence = fence === undefined ? undefined : new RestartFence(fence.extra, fence.markerOf);
   }
   async apply(op: Op, t: number): Promise<unknown> {
     this.now = t;
@@ -96,10 +102,10 @@ export class Oracle {
   #replica: Replica;
   readonly #floor = new Map<string, number>();
   readonly start: number;
-  readonly #fence: { extra: number } | undefined;
+  readonly #fence: FenceOptions | undefined;
 
   /** `fence`: the store under test has the restart fence, and adds `extra` ms to each lease (see model-run.ts). */
-  constructor(start: number, fence?: { extra: number }) {
+  constructor(start: number, fence?: FenceOptions) {
     this.start = start;
     this.#fence = fence;
     this.#replica = new Replica(start, fence);
@@ -156,9 +162,9 @@ export class Oracle {
     return this.#replica.recreated;
   }
 
-  /** Where the fence's answer to an operation with a lease of `window` ms changes, if it can. */
-  fenceBound(window: number): number | undefined {
-    return this.#replica.fence?.bound(window);
+  /** Where the fence's answer to an operation on `id` with a lease of `window` ms changes, if it can. */
+  fenceBound(id: string, window: number): number | undefined {
+    return this.#replica.fence?.bound(id, window);
   }
 
   close(): void {

@@ -36,27 +36,41 @@ export type FenceOp =
   | { kind: 'release' | 'inspect' | 'forget'; input: unknown };
 
 export class RestartFence {
-  /** The marker: 0 while the data was never lost, the time a script found it missing, undefined while it is missing. */
-  lost: number | undefined = 0;
+  /** The markers found missing since the last restart, and when (a marker not here: 0 before any restart, else missing). */
+  readonly #lost = new Map<string, number>();
+  #restarted = false;
   /** Whether the last operation recreated a claim. */
   recreated = false;
 
-  /** `extra`: ms the caller adds to every lease (the oracle's inclusive expiry): no part of the fence's window. */
-  constructor(readonly extra = 0) {}
+  /**
+   * `extra`: ms the caller adds to every lease (the oracle's inclusive expiry): no part of the fence's window.
+   * `markerOf`: the marker a record's scripts read (a Redis Cluster keeps one per slot); one for all by default.
+   */
+  constructor(
+    readonly extra = 0,
+    readonly markerOf: (id: string) => string = () => 'fence',
+  ) {}
 
-  /** The store lost everything, its marker with the rest. */
+  /** The store lost everything, its markers with the rest. */
   restart(): void {
-    this.lost = undefined;
+    this.#lost.clear();
+    this.#restarted = true;
   }
 
-  /** Where the fence's answer changes for a caller whose window is `window`: undefined while it never will. */
-  bound(window: number): number | undefined {
-    return this.lost === undefined || this.lost === 0 ? undefined : this.lost + window;
+  /** The marker of `id`: 0 while the data was never lost, the time a script found it missing, undefined while missing. */
+  lost(id: string): number | undefined {
+    return this.#lost.get(this.markerOf(id)) ?? (this.#restarted ? undefined : 0);
   }
 
-  #raise(now: number, window: number): number | undefined {
-    const [lost, reopen] = fence(this.lost, now, window);
-    this.lost = lost;
+  /** Where the fence's answer for `id` changes for a caller whose window is `window`: undefined while it never will. */
+  bound(id: string, window: number): number | undefined {
+    const lost = this.lost(id);
+    return lost === undefined || lost === 0 ? undefined : lost + window;
+  }
+
+  #raise(id: string, now: number, window: number): number | undefined {
+    const [lost, reopen] = fence(this.lost(id), now, window);
+    if (lost !== 0) this.#lost.set(this.markerOf(id), lost);
     return reopen;
   }
 
@@ -70,17 +84,17 @@ export class RestartFence {
       case 'claim': {
         const { deadline, lockTtl } = op.input;
         if (deadline !== undefined && now > deadline) return PASS; // late, before the fence is read
-        const reopen = this.#raise(now, lockTtl - this.extra);
+        const reopen = this.#raise(op.input.id, now, lockTtl - this.extra);
         return reopen === undefined ? PASS : ({ state: 'fenced', time: now, reopen } satisfies FencedClaim);
       }
       case 'complete':
-        this.#raise(now, 0);
+        this.#raise(op.input.id, now, 0);
         return PASS;
       case 'extend':
       case 'saveStep': {
         // The oracle widens a renewal's lease by `extra`, not a step's (it carries the claim's lockTtl).
         const lease = op.input.lockTtl - (op.kind === 'extend' ? this.extra : 0);
-        if (this.#raise(now, lease) === undefined) return op.kind === 'extend' ? false : 'fenced';
+        if (this.#raise(op.input.id, now, lease) === undefined) return op.kind === 'extend' ? false : 'fenced';
         const { id, token, fingerprint } = op.input;
         await store.claim({ id, token, fingerprint, lockTtl: lease + this.extra });
         this.recreated = true;
