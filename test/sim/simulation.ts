@@ -48,7 +48,9 @@ const never = (): Promise<never> => new Promise<never>(() => {});
 
 export async function simulate(scenario: Scenario, s: Scheduler): Promise<Outcome> {
   const { lockTtl, storeTimeout } = scenario;
-  const timeline = new Timeline();
+  // Timers of several owners due in the same ms fire in an order of the world's (its own seed, apart from the engine's jitter).
+  const order = seeded(scenario.seed ^ 0x5bd1e995);
+  const timeline = new Timeline((n) => Math.floor(order() * n));
   const trace: string[] = [];
   const log = (who: string, text: string) => trace.push(`${String(timeline.now).padStart(6)}  ${who}  ${text}`);
   const keyOfId = new Map<string, number>();

@@ -15,6 +15,17 @@ interface Timer {
 
 export class Timeline {
   now = 0;
+  /**
+   * Picks which of `n` timers due at the same ms, each the first of its owner then, fires first: processes and
+   * the network are independent, so any order of theirs can happen (a process's own keep their order, as Node's).
+   * First come by default.
+   */
+  readonly #pick: (n: number) => number;
+
+  constructor(pick: (n: number) => number = () => 0) {
+    this.#pick = pick;
+  }
+
   #seq = 0;
   // Sorted by (at, seq): few timers are pending at once, so an insertion beats a heap here.
   readonly #timers: Timer[] = [];
@@ -35,13 +46,22 @@ export class Timeline {
 
   /** Takes the next timer due, if any, moving the time to it. */
   next(): Timer | undefined {
-    for (;;) {
-      const timer = this.#timers.shift();
-      if (timer === undefined) return undefined;
-      if (timer.cancelled) continue;
-      this.now = timer.at;
-      return timer;
+    while (this.#timers[0]?.cancelled === true) this.#timers.shift();
+    const first = this.#timers[0];
+    if (first === undefined) return undefined;
+    // The first timer of each owner due at that ms (the timers are sorted by time, then by when they were set).
+    const heads: number[] = [];
+    const owners = new Set<string>();
+    for (let i = 0; i < this.#timers.length && this.#timers[i]!.at === first.at; i++) {
+      const timer = this.#timers[i]!;
+      if (timer.cancelled || owners.has(timer.owner)) continue;
+      owners.add(timer.owner);
+      heads.push(i);
     }
+    const at = heads.length === 1 ? heads[0]! : heads[this.#pick(heads.length)]!;
+    const [timer] = this.#timers.splice(at, 1);
+    this.now = timer!.at;
+    return timer;
   }
 
   get pending(): number {
