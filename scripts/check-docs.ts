@@ -4,7 +4,10 @@
  *
  * A block's info string names the file it is (```ts server.ts); the blocks of
  * one page are written into one folder, so client.ts can import './server.js'.
- * A block marked ```ts fragment is skipped and counted. A page whose first
+ * A block marked ```ts fragment is skipped and counted, unless it is also
+ * marked quickstart-<store> (docs/stores.md): those lines replace the store
+ * line of the README's Quick start server.ts, and the resulting file is
+ * compiled (test/stacks/quickstart.test.ts runs it). A page whose first
  * lines say `<!-- snippets: checked by test/… -->` is checked by that test
  * instead (the create-t3-app page, whose blocks are files of a generated app).
  *
@@ -74,6 +77,26 @@ export function blocksOf(page: string, text: string): Block[] {
     i = end;
   }
   return blocks;
+}
+
+/** The line of the README's Quick start server.ts that docs/stores.md replaces to move it to Redis or PostgreSQL. */
+export const QUICKSTART_STORE_LINE = "const idempotentProcedure = withIdempotency(t.procedure, { scope: 'global' });";
+
+/** The store a block is written for (`quickstart-redis` in its info string: 'redis'), or undefined. */
+export function quickstartStoreOf(block: Pick<Block, 'words'>): string | undefined {
+  return block.words.find((w) => w.startsWith('quickstart-'))?.slice('quickstart-'.length);
+}
+
+/** The Quick start's server.ts with its store line (the whole line, its comment too) replaced by `lines`. */
+export function quickstartWith(server: string, lines: string): string {
+  const serverLines = server.split('\n');
+  const at = serverLines.flatMap((line, i) => (line.startsWith(QUICKSTART_STORE_LINE) ? [i] : []));
+  if (at.length !== 1) {
+    throw new Error(
+      `the Quick start server.ts has ${at.length} lines beginning ${QUICKSTART_STORE_LINE}: it needs one`,
+    );
+  }
+  return [...serverLines.slice(0, at[0]), ...lines.split('\n'), ...serverLines.slice(at[0]! + 1)].join('\n');
 }
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
@@ -161,12 +184,16 @@ async function main() {
   }
   const problems: string[] = linkProblems(pages());
   const written = new Map<string, Block>(); // path under a project → block
+  const composed = new Set<string>(); // the Quick start's server.ts with a quickstart block in place
   let fragments = 0;
   let elsewhere = 0;
   let checked = 0;
   let esmOnly = 0;
   const pagesChecked: string[] = [];
 
+  const quickstartServer = blocksOf('README.md', readFileSync(join(ROOT, 'README.md'), 'utf8')).find(
+    (b) => b.title === 'server.ts',
+  );
   for (const page of pages()) {
     const text = readFileSync(join(ROOT, page), 'utf8');
     const blocks = blocksOf(page, text).filter((b) => LANGS.has(b.lang));
@@ -184,6 +211,35 @@ async function main() {
     const slug = page.replace(/\.md$/, '').replace(/[^a-zA-Z0-9]+/g, '-');
     const titles = new Set<string>();
     for (const block of blocks) {
+      const store = quickstartStoreOf(block);
+      if (store !== undefined) {
+        // Lines that replace the Quick start's store line: the resulting server.ts is what gets compiled.
+        const prose = text.replace(/```[\s\S]*?```/g, '');
+        if (quickstartServer === undefined)
+          problems.push(`${page}:${block.line - 1}: README.md has no \`\`\`ts server.ts block`);
+        else if (!prose.includes(`\`${QUICKSTART_STORE_LINE}\``)) {
+          problems.push(
+            `${page}:${block.line - 1}: a quickstart block on a page that never quotes the line it replaces, \`${QUICKSTART_STORE_LINE}\``,
+          );
+        } else {
+          let code: string;
+          try {
+            code = quickstartWith(quickstartServer.code, block.code);
+          } catch (error) {
+            problems.push(`${page}:${block.line - 1}: ${(error as Error).message}`);
+            continue;
+          }
+          for (const mode of modes) {
+            const file = join(OUT, mode, slug, `quickstart-${store}`, 'server.ts');
+            mkdirSync(dirname(file), { recursive: true });
+            writeFileSync(file, `${code}\n`);
+            written.set(relative(ROOT, file), block);
+            composed.add(relative(ROOT, file));
+          }
+          checked++;
+        }
+        continue;
+      }
       if (block.fragment) {
         fragments++;
         continue;
@@ -225,9 +281,10 @@ async function main() {
             mode === 'commonjs' && /\bTS1309\b|\bTS1378\b|\bTS1375\b|top-level 'await'/i.test(at[4]!)
               ? ' (write an async main, or make the block\'s first line say `// Needs "type": "module" in package.json (npm pkg set type=module): top-level await.`)'
               : '';
-          problems.push(
-            `${block.page}:${block.line + Number(at[2]) - 1}:${at[3]} (${block.title}, "type": "${mode}"): ${at[4]}${hint}`,
-          );
+          const where = composed.has(relative(ROOT, join(ROOT, at[1]!)))
+            ? `${block.page}:${block.line - 1} (the README's Quick start server.ts with this block in place, line ${at[2]}`
+            : `${block.page}:${block.line + Number(at[2]) - 1}:${at[3]} (${block.title}`;
+          problems.push(`${where}, "type": "${mode}"): ${at[4]}${hint}`);
         } else if (/error/i.test(line)) problems.push(`("type": "${mode}") ${line}`);
       }
     });

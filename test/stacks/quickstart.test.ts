@@ -2,7 +2,9 @@
  * The README as a new user follows it, in a fresh `npm init -y` project
  * (CommonJS, npm's default) and in one with "type": "module": its install
  * block, then its Quick start server.ts and client.ts copied verbatim, print
- * the same charge twice. In the same projects every entry of the packed
+ * the same charge twice. Then docs/stores.md's "Move the Quick start to Redis
+ * or PostgreSQL", done as written (its commands run, its lines in place of the
+ * store line), prints the same charge twice on each. In the same projects every entry of the packed
  * package loads (`require` or `import`) and typechecks with `module: node16`,
  * and the PostgreSQL migrations shipped in the package are found from either build.
  */
@@ -11,12 +13,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { blocksOf } from '../../scripts/check-docs.js';
+import { blocksOf, quickstartStoreOf, quickstartWith } from '../../scripts/check-docs.js';
 import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+/** A logical database of the suite's Redis that no other test uses: the keys the Quick start writes are deleted after. */
+const REDIS_URL = `${(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '')}/11`;
 const README = readFileSync(join(REPO, 'README.md'), 'utf8');
 const blocks = blocksOf('README.md', README);
 const block = (test: (b: (typeof blocks)[number]) => boolean, what: string) => {
@@ -27,6 +32,22 @@ const block = (test: (b: (typeof blocks)[number]) => boolean, what: string) => {
 const INSTALL = block((b) => b.lang === 'sh' && b.words.includes('install'), '```sh install');
 const SERVER = block((b) => b.title === 'server.ts', '```ts server.ts');
 const CLIENT = block((b) => b.title === 'client.ts', '```ts client.ts');
+
+/** docs/stores.md's way from the Quick start to a store: the commands to run, and the lines to put in server.ts. */
+const STORES = blocksOf('docs/stores.md', readFileSync(join(REPO, 'docs/stores.md'), 'utf8'));
+function moveTo(store: 'redis' | 'postgres') {
+  const of = (lang: string) => {
+    const found = STORES.find((b) => b.lang === lang && quickstartStoreOf(b) === store);
+    if (!found) throw new Error(`docs/stores.md has no \`\`\`${lang} quickstart-${store} block`);
+    return found.code;
+  };
+  return {
+    commands: of('sh')
+      .split('\n')
+      .filter((l) => l.trim() !== ''),
+    server: quickstartWith(SERVER, of('ts')),
+  };
+}
 
 let tgz: string;
 const dirs: string[] = [];
@@ -60,12 +81,18 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
+/** Port 3000 held by the server of the test before (killed, and gone a moment later) is let go first. */
+async function waitForPort3000(): Promise<void> {
+  for (let tries = 0; tries < 50 && !(await portIsFree(3000)); tries++) await new Promise((r) => setTimeout(r, 100));
+  expect(await portIsFree(3000), 'the Quick start listens on port 3000, which something else holds').toBe(true);
+}
+
 /** Starts `npx tsx server.ts` and resolves once it prints its first line. */
-function startServer(dir: string): Promise<{ child: ChildProcess; firstLine: string }> {
+function startServer(dir: string, env = commandEnv()): Promise<{ child: ChildProcess; firstLine: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn('npx', ['tsx', 'server.ts'], {
       cwd: dir,
-      env: commandEnv(),
+      env,
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true, // a group of its own, so stop() ends npx, tsx and node together
     });
@@ -83,6 +110,28 @@ function startServer(dir: string): Promise<{ child: ChildProcess; firstLine: str
     child.stderr!.on('data', onData);
     child.once('exit', (code) => reject(new Error(`server.ts exited with ${code}:\n${output}`)));
   });
+}
+
+/** A documented shell line, as a user types it (npm's lines quiet and offline-first, as the install block's). */
+async function runDocumented(command: string, dir: string, env: NodeJS.ProcessEnv): Promise<void> {
+  const line = command.trim().startsWith('npm install') ? `${command.trim()} ${NPM_FLAGS.join(' ')}` : command;
+  await run('bash', ['-c', line], dir, env);
+}
+
+/** Starts the project's server.ts, runs its client.ts: the two lines print the same charge. */
+async function payTwice(dir: string, env: NodeJS.ProcessEnv): Promise<void> {
+  await waitForPort3000();
+  const { child, firstLine } = await startServer(dir, env);
+  expect(firstLine).toBe('Listening on http://localhost:3000');
+  try {
+    const { output } = await run('npx', ['tsx', 'client.ts'], dir, env);
+    const lines = output.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^\{ chargeId: '[0-9a-f-]{36}', amount: 1000 \}$/);
+    expect(lines[1]).toBe(lines[0]);
+  } finally {
+    stop(child);
+  }
 }
 
 describe.each(['commonjs', 'module'] as const)('a fresh npm init -y project (%s)', (type) => {
@@ -104,17 +153,48 @@ describe.each(['commonjs', 'module'] as const)('a fresh npm init -y project (%s)
   it('runs the Quick start verbatim: the server says where it listens, the client prints the same charge twice', async () => {
     writeFileSync(join(dir, 'server.ts'), SERVER);
     writeFileSync(join(dir, 'client.ts'), CLIENT);
-    expect(await portIsFree(3000), 'the Quick start listens on port 3000, which something else holds').toBe(true);
-    const { child, firstLine } = await startServer(dir);
-    expect(firstLine).toBe('Listening on http://localhost:3000');
+    await payTwice(dir, commandEnv());
+  });
+
+  it('moves to Redis as docs/stores.md says: its install, its lines for the store line; the same charge twice', async () => {
+    const { commands, server } = moveTo('redis');
+    const env = commandEnv({ REDIS_URL });
+    const redis = new Redis(REDIS_URL);
     try {
-      const { output } = await run('npx', ['tsx', 'client.ts'], dir);
-      const lines = output.trim().split('\n');
-      expect(lines).toHaveLength(2);
-      expect(lines[0]).toMatch(/^\{ chargeId: '[0-9a-f-]{36}', amount: 1000 \}$/);
-      expect(lines[1]).toBe(lines[0]);
+      for (const command of commands) await runDocumented(command, dir, env);
+      writeFileSync(join(dir, 'server.ts'), server);
+      await payTwice(dir, env);
+      expect((await redis.keys('idem:*')).length, 'the records are in Redis').toBeGreaterThan(0);
     } finally {
-      stop(child);
+      const keys = await redis.keys('idem:*');
+      if (keys.length > 0) await redis.del(...keys);
+      redis.disconnect();
+    }
+  });
+
+  it('moves to PostgreSQL as docs/stores.md says: its install, its migrate command, its lines; the same charge twice', async () => {
+    const { commands, server } = moveTo('postgres');
+    // A database of its own, as a new user's: the table made by the documented command, nothing else
+    const database = `quickstart_${type}_${process.pid}`;
+    const admin = new pg.Client({ connectionString: DATABASE_URL });
+    await admin.connect();
+    const url = new URL(DATABASE_URL);
+    url.pathname = `/${database}`;
+    const env = commandEnv({ DATABASE_URL: url.toString() });
+    try {
+      await admin.query(`drop database if exists ${database} with (force)`);
+      await admin.query(`create database ${database}`);
+      for (const command of commands) await runDocumented(command, dir, env);
+      writeFileSync(join(dir, 'server.ts'), server);
+      await payTwice(dir, env);
+      const db = new pg.Client({ connectionString: url.toString() });
+      await db.connect();
+      const { rows } = await db.query(`select count(*)::int as n from idempotency_keys where state = 'completed'`);
+      await db.end();
+      expect(rows[0].n, 'the record is in PostgreSQL').toBe(1);
+    } finally {
+      await admin.query(`drop database if exists ${database} with (force)`);
+      await admin.end();
     }
   });
 

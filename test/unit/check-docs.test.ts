@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { blocksOf, modesOf, slugOf } from '../../scripts/check-docs.js';
+import {
+  blocksOf,
+  modesOf,
+  QUICKSTART_STORE_LINE,
+  quickstartStoreOf,
+  quickstartWith,
+  slugOf,
+} from '../../scripts/check-docs.js';
 
 const page = [
   '# A page',
@@ -34,6 +41,16 @@ describe('the docs check', () => {
     expect(modesOf(esm!)).toEqual(['module']);
     // the marker counts on the first line only
     expect(modesOf({ code: 'const a = 1;\n// Needs "type": "module"' })).toEqual(['module', 'commonjs']);
+  });
+
+  it("puts a quickstart-<store> block in place of the Quick start's store line, its trailing comment too", () => {
+    const server = ['const a = 1;', `${QUICKSTART_STORE_LINE} // in memory`, 'const b = 2;'].join('\n');
+    expect(quickstartStoreOf({ words: ['fragment', 'quickstart-redis'] })).toBe('redis');
+    expect(quickstartStoreOf({ words: ['fragment'] })).toBeUndefined();
+    expect(quickstartWith(server, 'import x from "x";\nconst y = x;')).toBe(
+      'const a = 1;\nimport x from "x";\nconst y = x;\nconst b = 2;',
+    );
+    expect(() => quickstartWith('const a = 1;', '')).toThrow(/has 0 lines/);
   });
 
   it("makes GitHub's anchors", () => {
