@@ -48,7 +48,7 @@ export function check(out: Outcome): Verdict {
     const releases = calls.filter((c) => c.op === 'release' && c.token === first.token);
     if (releases.some((c) => c.answer === true && c.appliedAt !== undefined && c.appliedAt <= at)) return 'released';
     // A run that ended in an error gave its key back, whatever its release answered (refused: the claim was
-    // already gone, lost with a store's data or expired): "a retry runs again".
+    // already gone, lost with a store's data or expired): "released → absent (retry runs again)".
     const ranIntoError = first.threw === true || first.released !== undefined;
     if (ranIntoError && first.end !== undefined && first.end <= at) return 'released';
     const crashed = crashedAt.get(first.process);
@@ -90,8 +90,9 @@ export function check(out: Outcome): Verdict {
           );
         } else {
           causes[cause] = (causes[cause] ?? 0) + 1;
-          // docs/getting-started.md: "The resolver's signal aborts as soon as the claim is lost: ... no renewal was
-          // confirmed for a whole lockTtl (... from then on the store may give the key to another request)".
+          // docs/getting-started.md: "The resolver's `signal` aborts as soon as the claim is lost: a renewal finds
+          // it gone, no renewal was confirmed for a whole `lockTtl`": from then on the store may give the key to
+          // another request.
           const running = first.end === undefined || first.end > second.start;
           const crashed = crashedAt.get(first.process);
           const alive = crashed === undefined || crashed > second.start;
