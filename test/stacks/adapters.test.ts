@@ -14,6 +14,12 @@
  *   an HTTP API and a function URL built from real HTTP requests
  *   (./adapters/lambda-bridge.ts).
  *
+ * - bun.ts and deno.ts, the page's Bun.serve and Deno.serve of fetch.ts's
+ *   `handler`, run by Bun and Deno installed from the npm registry into the
+ *   project, each on every store: memory, Redis through ioredis and through
+ *   node-redis, PostgreSQL through pg (./adapters/runtimes/router.ts makes
+ *   the store, as docs/stores.md does).
+ *
  * The snippets import `./router.js`; here that is ./adapters/router.ts: the
  * page's `pay`, a mutation held until released (for the 409) and a count of
  * executions. On each adapter the same scenario runs over HTTP, and one line
@@ -26,6 +32,7 @@ import { request as httpRequest } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf } from '../../scripts/check-docs.js';
 import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
@@ -47,7 +54,23 @@ const DEPENDENCIES = {
   '@types/node': '^20.19.0',
   '@types/react': '^19.2.0',
   '@types/express': '^5.0.3',
+  // the runtimes, and the stores' clients they run
+  bun: '1.4.5',
+  deno: '2.9.6',
+  ioredis: '^6.0.0',
+  redis: '^6.3.1',
+  pg: '^8.23.1',
+  'drizzle-orm': '^0.45.4',
+  '@types/pg': '^8.23.1',
 };
+
+/** The runtimes fetch.ts is served on, and the stores each runs. */
+const RUNTIMES = ['Bun', 'Deno'] as const;
+const RUNTIME_STORES = ['memory', 'redis', 'node-redis', 'postgres'] as const;
+const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** The schema of the runtimes' PostgreSQL store, made and dropped here. */
+const PG_SCHEMA = `stacks_runtimes_${process.pid}`;
 
 /** Each block of a page, by its file name. */
 function snippet(page: string, title: string): string {
@@ -102,9 +125,9 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Starts a server in a process group of its own (next start runs children). */
-function start(args: string[], env: Record<string, string>): Server {
-  const child = spawn(process.execPath, args, {
+/** Starts a server (node, unless `command` names another) in a process group of its own (next start runs children). */
+function start(args: string[], env: Record<string, string>, command = process.execPath): Server {
+  const child = spawn(command, args, {
     cwd: dir,
     env: commandEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -397,6 +420,9 @@ beforeAll(async () => {
   copyFileSync(join(FIXTURES, 'lambda/server.ts'), join(dir, 'lambda/server.ts'));
   for (const file of ['fetch-bridge.ts', 'lambda-bridge.ts', 'express4-alias.mjs'])
     copyFileSync(join(FIXTURES, file), join(dir, file));
+  // the runtimes' project folder: fetch.ts as the page shows it, beside a router that makes each store
+  for (const title of ['fetch.ts', 'bun.ts', 'deno.ts']) writeFile(`rt/${title}`, snippet('docs/adapters.md', title));
+  copyFileSync(join(FIXTURES, 'runtimes/router.ts'), join(dir, 'rt/router.ts'));
   writeFile('next.config.mjs', 'export default {};\n');
   writeFile(
     'tsconfig.json',
@@ -436,7 +462,8 @@ beforeAll(async () => {
           outDir: 'out',
           rootDir: '.',
         },
-        include: ['*.ts', 'lambda/*.ts'],
+        // bun.ts and deno.ts use their runtime's globals, which @types/node does not declare
+        include: ['*.ts', 'lambda/*.ts', 'rt/router.ts'],
       },
       null,
       2,
@@ -452,6 +479,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all(servers.map(stop));
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  await admin.query(`drop schema if exists ${PG_SCHEMA} cascade`);
+  await admin.end();
   const summary = [
     `[adapters] ${Object.entries(timings)
       .map(([what, ms]) => `${what} ${s(ms)}`)
@@ -496,6 +527,35 @@ describe('docs/adapters.md and docs/lambda.md on each adapter, with the packed l
     adapters.push({ name: 'Next.js Pages Router', base: `http://127.0.0.1:${nextPort}/api/pages-trpc`, server: next });
     for (const source of ['rest-api', 'http-api', 'function-url'])
       await node(`Lambda ${source}`, '/trpc', ['out/lambda-bridge.js'], { LAMBDA_SOURCE: source });
+    const admin = new pg.Client({ connectionString: DATABASE_URL });
+    await admin.connect();
+    await admin.query(`drop schema if exists ${PG_SCHEMA} cascade`);
+    await admin.query(`create schema ${PG_SCHEMA}`);
+    await admin.end();
+    for (const runtime of RUNTIMES) {
+      for (const store of RUNTIME_STORES) {
+        const port = await freePort();
+        const env = { PORT: String(port), STORE: store, REDIS_URL, DATABASE_URL, PG_SCHEMA };
+        const server =
+          runtime === 'Bun'
+            ? start(['run', 'rt/bun.ts'], env, join(dir, 'node_modules/.bin/bun'))
+            : // as docs/adapters.md runs it
+              start(
+                [
+                  'run',
+                  '--allow-net',
+                  '--allow-env',
+                  '--allow-read',
+                  '--allow-sys',
+                  '--unstable-sloppy-imports',
+                  'rt/deno.ts',
+                ],
+                env,
+                join(dir, 'node_modules/.bin/deno'),
+              );
+        adapters.push({ name: `${runtime}, ${store}`, base: `http://127.0.0.1:${port}/trpc`, server });
+      }
+    }
     await Promise.all(adapters.map(serving));
     timings['servers started'] = Math.round(performance.now() - started);
   }, 120_000);
@@ -524,6 +584,7 @@ describe('docs/adapters.md and docs/lambda.md on each adapter, with the packed l
     'Lambda rest-api',
     'Lambda http-api',
     'Lambda function-url',
+    ...RUNTIMES.flatMap((runtime) => RUNTIME_STORES.map((store) => `${runtime}, ${store}`)),
   ];
   for (const name of NAMES) {
     it(`${name}: first call, replay, 422, 409, no key, batch of 3 and its replay, the key header twice`, async () => {
