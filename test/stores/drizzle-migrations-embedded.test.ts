@@ -33,15 +33,16 @@ function folder(MIGRATIONS_FOLDER = MIGRATIONS) {
   }));
 }
 
-/** A string literal as Biome writes it here: single quotes, one line. */
+/** A string literal as Biome writes it here: one line, in single quotes unless double ones need fewer escapes. */
 function literal(text: string): string {
+  const quote = text.split("'").length > text.split('"').length ? '"' : "'";
   const escaped = text
     .replaceAll('\\', '\\\\')
-    .replaceAll("'", "\\'")
+    .replaceAll(quote, `\\${quote}`)
     .replaceAll('\r', '\\r')
     .replaceAll('\n', '\\n')
     .replaceAll('\t', '\\t');
-  return `'${escaped}'`;
+  return `${quote}${escaped}${quote}`;
 }
 
 function entriesOf(migrations: ReturnType<typeof folder>): string[] {
