@@ -57,6 +57,20 @@ describe('record identity on MySQL', () => {
   });
 });
 
+describe('claims on MySQL', () => {
+  it('a claim is taken as of the time it answers: the claim time, and the lease from it (the read before the write)', async () => {
+    // The claim reads, then writes: both the claim time and the lease start at the read's time, which the answer
+    // gives (the model-based suite found them a few ms apart when the write took the time of its own).
+    const store = drizzleStore({ db: my.db });
+    for (let i = 0; i < 20; i++) {
+      const id = `time:${randomUUID()}`;
+      const claim = await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
+      const info = await store.admin.inspect({ id });
+      expect(info).toMatchObject({ claimedAt: claim.time, expiresAt: claim.time! + 5_000 });
+    }
+  });
+});
+
 describe('purgeExpired on MySQL', () => {
   it('deletes expired rows and steps in batches and leaves live claims and outcomes alone', async () => {
     const store = drizzleStore({ db: my.db });

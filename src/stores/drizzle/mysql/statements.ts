@@ -67,7 +67,7 @@ export const textOrUndefined = (value: unknown): string | undefined =>
 export const CLAIM_READ = statement(
   ['id', 'token', 'fingerprint'],
   `
-    select ${msOf(NOW)} as time, k.id is not null as found, ${msOf('k.expires_at')} as expires_at,
+    select ${msOf(NOW)} as time, ${msOf('k.expires_at')} as expires_at,
            k.state, k.token, k.fingerprint,
            case when k.fingerprint = :fingerprint and k.state <> 'in_progress' and k.expires_at > ${NOW}
                 then k.body end as body,
