@@ -10,11 +10,11 @@ import { count, eq } from 'drizzle-orm';
 import { int, mysqlTable, serial, varchar } from 'drizzle-orm/mysql-core';
 import { drizzle } from 'drizzle-orm/mysql2';
 import mysql from 'mysql2/promise';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import { storeFailureKind } from '../../src/core/idempotency-error.js';
 import { recordId } from '../../src/core.js';
-import { drizzleStore, migrateIdempotencyKeys } from '../../src/drizzle.js';
+import { drizzleStore, type MySqlDrizzleStore, migrateIdempotencyKeys } from '../../src/drizzle.js';
 import { type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
 import { isolatedDatabase, MYSQL_MIGRATIONS, type MysqlDatabase } from '../helpers/mysql.js';
 import { sleep } from '../helpers/redis.js';
@@ -260,6 +260,15 @@ describe('migrateIdempotencyKeys on MySQL', () => {
     await expect(
       migrateIdempotencyKeys(my.db, { migrationsFolder: new URL('../../drizzle', import.meta.url) }),
     ).rejects.toThrow(/is not trpc-idempotency's migrations folder, or not of this version/);
+  });
+
+  it('one drizzleStore for both dialects: the type of what it returns follows the database', () => {
+    const store = drizzleStore({ db: my.db });
+    expect(store.name).toBe('mysql');
+    expectTypeOf(store.name).toEqualTypeOf<'mysql'>();
+    expectTypeOf(store).toEqualTypeOf<MySqlDrizzleStore<typeof my.db>>();
+    // transactionOf() is the mysql2 transaction of that database
+    expectTypeOf(store.transactionOf).returns.toHaveProperty('insert');
   });
 
   it('a store refuses what is not a Drizzle database, naming both dialects', () => {
