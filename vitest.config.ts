@@ -3,7 +3,7 @@ import { defineConfig } from 'vitest/config';
 // Two suites, one vitest project each (`npx vitest run <file>` runs a file of either):
 // npm run test:unit (project unit): test/unit, one module at a time (the bench's own helpers too), no
 // service: no Redis, no PostgreSQL, no network.
-// npm run test:live (project live): the library against real Redis and PostgreSQL: test/stores (each
+// npm run test:live (project live): the library against real Redis, PostgreSQL and MariaDB: test/stores (each
 // store), test/engine (the engine on those stores), test/trpc (the adapter over HTTP), test/client (the
 // client link), test/model (the model-based store contract, a few dozen sequences per store; npm run test:model
 // runs 10,000), test/sim (the engine's simulation); every test file outside test/unit and the folders below.

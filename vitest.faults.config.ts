@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-// npm run test:faults: faults injected into Redis and PostgreSQL servers the tests start themselves,
+// npm run test:faults: faults injected into Redis, PostgreSQL and MariaDB servers the tests start themselves,
 // load, Redis Cluster, hostile input and security.
 export default defineConfig({
   test: {

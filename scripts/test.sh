@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # npm test: the five suites, unit, live, e2e, faults and stacks (with the CLI's tests), stopping at the first that fails.
-# unit (no service) runs first, then live (the library on real Redis and PostgreSQL) alone: its timeouts are
+# unit (no service) runs first, then live (the library on real Redis, PostgreSQL and MariaDB) alone: its timeouts are
 # the tightest. The stacks suite waits mostly on npm and next, so it runs beside e2e and faults; its output
 # is printed when they have ended.
 # It installs the package packed once here, or the tarball TRPC_IDEMPOTENCY_TGZ names (.ci/run's

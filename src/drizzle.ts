@@ -1,7 +1,10 @@
-// trpc-idempotency/drizzle: the PostgreSQL store on Drizzle, its table, and the migration helper.
+// trpc-idempotency/drizzle: the store on Drizzle (PostgreSQL, MySQL/MariaDB), its tables, and the migration helper.
 
 export type { MigrateIdempotencyKeysOptions, MigrateIdempotencyKeysResult } from './stores/drizzle/migrate.js';
 export { migrateIdempotencyKeys } from './stores/drizzle/migrate.js';
+export type { MysqlIdempotencyKeyRow, MysqlIdempotencyStepRow } from './stores/drizzle/mysql/schema.js';
+export { mysqlIdempotencyKeys, mysqlIdempotencySteps } from './stores/drizzle/mysql/schema.js';
+export type { MySqlDrizzleStore, MySqlPurgeOptions, MySqlTransactionOf } from './stores/drizzle/mysql/store.js';
 export type { IdempotencyKeyRow, IdempotencyStepRow } from './stores/drizzle/schema.js';
 export { idempotencyKeys, idempotencySteps } from './stores/drizzle/schema.js';
 export type { DrizzleStore, DrizzleStoreOptions, PurgeOptions, TransactionOf } from './stores/drizzle/store.js';

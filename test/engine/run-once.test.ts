@@ -28,6 +28,8 @@ const { stores, redis, prefix } = liveStores('run-once', [
   'postgres, REPEATABLE READ',
   'postgres, SERIALIZABLE',
   'PGlite',
+  'mariadb',
+  'mariadb, single connection',
 ]);
 
 describe.each(stores)('on $name', ({ make: makeStore }) => {

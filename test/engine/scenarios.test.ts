@@ -41,7 +41,7 @@ async function setup(
   return { app, client: createClient<PayApp['router']>(app.url, { seen: options.seen }) };
 }
 
-const { stores } = liveStores('scenarios', ['memory', 'redis', 'postgres', 'PGlite']);
+const { stores } = liveStores('scenarios', ['memory', 'redis', 'postgres', 'PGlite', 'mariadb']);
 
 describe.each(stores)('scenarios on the $name store', ({ make: makeStore }) => {
   it('1. a mutation without a key is refused with 400 and does not run', async () => {

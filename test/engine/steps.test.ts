@@ -21,7 +21,7 @@ import { sleep } from '../helpers/redis.js';
 import { liveStores } from '../helpers/stores.js';
 import { gate } from '../helpers/trpc.js';
 
-const live = liveStores('steps', ['memory', 'redis', 'postgres']);
+const live = liveStores('steps', ['memory', 'redis', 'postgres', 'mariadb']);
 
 /** Counts how often each step's work really ran. */
 function counter() {

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, expect } from 'vitest';
 import { drizzleStore } from '../../src/drizzle.js';
 import { type IdempotencyStore, memoryStore } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
+import { isolatedDatabase, type MysqlDatabase } from './mysql.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from './redis.js';
 import { type PrivateCluster, type PrivateRedis, startPrivateCluster, startPrivateRedis } from './redis-server.js';
@@ -47,7 +48,10 @@ export type StoreKind =
   /** postgres.js (`drizzle(postgres(url))`, as create-t3-app makes it) with its named prepared statements, and without (a transaction-mode pooler). */
   | 'postgres, postgres.js'
   | 'postgres, postgres.js, prepare: false'
-  | 'PGlite';
+  | 'PGlite'
+  /** MariaDB (MYSQL_URL) through mysql2: a pool, and one connection serving every call. */
+  | 'mariadb'
+  | 'mariadb, single connection';
 
 export interface LiveStore {
   /** The kind, as test names show it. */
@@ -67,6 +71,8 @@ export interface LiveStores {
   prefix: string;
   /** The PostgreSQL schema of the postgres kinds (after beforeAll; only when one was asked for). */
   postgres(): PgSchema;
+  /** The MySQL/MariaDB database of the mariadb kinds (after beforeAll; only when one was asked for). */
+  mysql(): MysqlDatabase;
   /** A new store of `kind`, one of those asked for. */
   store(kind: StoreKind): IdempotencyStore;
   /** The client of the redis cluster kind (after beforeAll; only when a cluster kind was asked for). */
@@ -85,6 +91,8 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   const wants = (...some: StoreKind[]) => kinds.some((k) => some.includes(k));
 
   let schema: PgSchema | undefined;
+  let mysqlDb: MysqlDatabase | undefined;
+  let mysqlSingle: Awaited<ReturnType<MysqlDatabase['single']>> | undefined;
   let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
   let cluster: PrivateCluster | undefined;
   let replicatedCluster: PrivateCluster | undefined;
@@ -106,7 +114,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       'postgres, postgres.js',
       'postgres, postgres.js, prepare: false',
     ] as const;
-    [schema, lite, cluster, replicatedCluster] = await Promise.all([
+    [schema, lite, cluster, replicatedCluster, mysqlDb] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
       wants(
@@ -118,7 +126,9 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         ? startPrivateCluster(3)
         : undefined,
       wants('redis cluster, replicas acknowledged') ? startPrivateCluster(3, 1) : undefined,
+      wants('mariadb', 'mariadb, single connection') ? isolatedDatabase(label) : undefined,
     ]);
+    if (wants('mariadb, single connection')) mysqlSingle = await mysqlDb!.single();
     if (wants('redis, restart fence')) await fenced().initialize();
     if (wants('redis cluster, restart fence')) await clusterFenced().initialize();
     if (wants('redis, replicas acknowledged', 'redis, node-redis, replicas acknowledged'))
@@ -163,6 +173,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     await Promise.all(nodeRedisClients.map((c) => c.close().catch(() => {})));
     await Promise.all([
       schema?.drop(),
+      mysqlDb?.drop(),
       lite?.close(),
       cluster?.stop(),
       replicatedCluster?.stop(),
@@ -253,6 +264,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return drizzleStore({ db: postgresJs.get(false)!.db });
       case 'PGlite':
         return drizzleStore({ db: lite!.db });
+      case 'mariadb':
+        return drizzleStore({ db: mysqlDb!.db });
+      case 'mariadb, single connection':
+        return drizzleStore({ db: mysqlSingle! });
     }
   };
   return {
@@ -274,6 +289,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     postgres: () => {
       if (schema === undefined) throw new Error('no postgres kind was asked for, or beforeAll has not run');
       return schema;
+    },
+    mysql: () => {
+      if (mysqlDb === undefined) throw new Error('no mariadb kind was asked for, or beforeAll has not run');
+      return mysqlDb;
     },
     cluster: () => {
       if (cluster === undefined) throw new Error('no redis cluster kind was asked for, or beforeAll has not run');

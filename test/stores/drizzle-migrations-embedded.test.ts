@@ -1,5 +1,5 @@
 /**
- * src/stores/drizzle/embedded-migrations.ts carries the migrations of drizzle/ in the code, so that
+ * src/stores/drizzle/embedded-migrations.ts (and mysql/embedded-migrations.ts, for drizzle/mysql/) carries the migrations of drizzle/ in the code, so that
  * migrateIdempotencyKeys needs no folder (a bundle has moved the code away from it): it must be
  * what Drizzle's migrator reads from drizzle/, entry for entry (tag, `when`, hash, SQL text).
  * When drizzle-kit has generated a migration, write the module again with
@@ -11,12 +11,16 @@ import { fileURLToPath } from 'node:url';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { describe, expect, it } from 'vitest';
 import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle/embedded-migrations.js';
+import { MYSQL_MIGRATIONS } from '../../src/stores/drizzle/mysql/embedded-migrations.js';
 import { MIGRATIONS } from '../helpers/postgres.js';
 
 const MODULE = fileURLToPath(new URL('../../src/stores/drizzle/embedded-migrations.ts', import.meta.url));
+const MYSQL_MODULE = fileURLToPath(new URL('../../src/stores/drizzle/mysql/embedded-migrations.ts', import.meta.url));
+const MYSQL_FOLDER = join(MIGRATIONS, 'mysql');
 
-/** drizzle/ as Drizzle's migrator reads it, with each entry's tag from the journal. */
-function folder() {
+/** drizzle/ (or drizzle/mysql/) as Drizzle's migrator reads it, with each entry's tag from the journal. */
+function folder(MIGRATIONS_FOLDER = MIGRATIONS) {
+  const MIGRATIONS = MIGRATIONS_FOLDER;
   const journal = JSON.parse(readFileSync(join(MIGRATIONS, 'meta', '_journal.json'), 'utf8')) as {
     entries: { tag: string; when: number }[];
   };
@@ -29,15 +33,36 @@ function folder() {
   }));
 }
 
-/** A string literal as Biome writes it here: single quotes, one line. */
+/** A string literal as Biome writes it here: one line, in single quotes unless double ones need fewer escapes. */
 function literal(text: string): string {
+  const quote = text.split("'").length > text.split('"').length ? '"' : "'";
   const escaped = text
     .replaceAll('\\', '\\\\')
-    .replaceAll("'", "\\'")
+    .replaceAll(quote, `\\${quote}`)
     .replaceAll('\r', '\\r')
     .replaceAll('\n', '\\n')
     .replaceAll('\t', '\\t');
-  return `'${escaped}'`;
+  return `${quote}${escaped}${quote}`;
+}
+
+function entriesOf(migrations: ReturnType<typeof folder>): string[] {
+  return migrations.map(
+    (m) =>
+      `  {\n    tag: ${literal(m.tag)},\n    when: ${m.when},\n    hash: ${literal(m.hash)},\n    sql: ${literal(m.sql)},\n  },\n`,
+  );
+}
+
+function mysqlModuleText(): string {
+  return `// Generated from drizzle/mysql/ (meta/_journal.json and each migration's SQL file): do not edit. After
+// drizzle-kit generates a migration (npx drizzle-kit generate --config drizzle-mysql.config.ts), write it again with
+// UPDATE_EMBEDDED_MIGRATIONS=1 npx vitest run test/stores/drizzle-migrations-embedded.test.ts
+// (that test fails while this file and drizzle/mysql/ differ).
+import type { PackageMigration } from '../embedded-migrations.js';
+
+/** This package's MySQL/MariaDB migrations, oldest first: what drizzle/mysql/ holds. */
+export const MYSQL_MIGRATIONS: readonly PackageMigration[] = [
+${entriesOf(folder(MYSQL_FOLDER)).join('')}];
+`;
 }
 
 function moduleText(): string {
@@ -82,5 +107,18 @@ describe('the migrations carried in the code', () => {
     ]);
     const whens = PACKAGE_MIGRATIONS.map((m) => m.when);
     expect(whens).toEqual([...whens].sort((a, b) => a - b));
+  });
+});
+
+describe('the MySQL migrations carried in the code', () => {
+  it('are drizzle/mysql/’s, entry for entry', () => {
+    if (process.env.UPDATE_EMBEDDED_MIGRATIONS === '1') writeFileSync(MYSQL_MODULE, mysqlModuleText());
+    expect(MYSQL_MIGRATIONS.map((m) => ({ ...m }))).toEqual(folder(MYSQL_FOLDER));
+    expect(readFileSync(MYSQL_MODULE, 'utf8')).toBe(mysqlModuleText());
+  });
+
+  it('begin with both tables in one migration', () => {
+    expect(MYSQL_MIGRATIONS[0]?.tag).toBe('0000_idempotency_keys');
+    expect(MYSQL_MIGRATIONS[0]?.sql).toMatch(/CREATE TABLE `idempotency_steps`/);
   });
 });

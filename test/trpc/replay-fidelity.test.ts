@@ -16,7 +16,7 @@ import { rawRequest, sendRaw } from '../helpers/raw-http.js';
 import { liveStores } from '../helpers/stores.js';
 import { startServer, type TestServer } from '../helpers/trpc.js';
 
-const { stores } = liveStores('fidelity', ['memory', 'redis', 'postgres']);
+const { stores } = liveStores('fidelity', ['memory', 'redis', 'postgres', 'mariadb']);
 const servers: TestServer[] = [];
 afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));

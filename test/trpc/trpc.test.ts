@@ -45,7 +45,7 @@ async function serve<R extends Parameters<typeof startServer>[0]>(
   return createClient<R>(server.url, { seen: opts.seen, batch: opts.batch });
 }
 
-const { stores, redis, prefix } = liveStores('trpc', ['memory', 'redis', 'postgres']);
+const { stores, redis, prefix } = liveStores('trpc', ['memory', 'redis', 'postgres', 'mariadb']);
 
 function idem(options: Partial<WithIdempotencyOptions<Ctx>> = {}) {
   return withIdempotency(t.procedure, { scope: 'global', store: memoryStore(), ...options });

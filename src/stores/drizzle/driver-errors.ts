@@ -1,6 +1,6 @@
 import { storeFailure } from '../../core/idempotency-error.js';
 
-// How the PostgreSQL store reads a driver's error: what it may say, whether it
+// How the PostgreSQL store reads a driver's error (sanitize serves the MySQL store too): what it may say, whether it
 // is an outage, a conflict to run again, or a prepared statement the server lost.
 
 /**
@@ -8,14 +8,14 @@ import { storeFailure } from '../../core/idempotency-error.js';
  * keys and bodies: keep the driver's own error (its message names the
  * problem, not the values) and drop the rest.
  */
-export function sanitize(error: unknown): Error {
+export function sanitize(error: unknown, outage: (driverError: unknown) => boolean = isOutage): Error {
   const quotesQuery = error instanceof Error && error.message.startsWith('Failed query:');
   const driverError =
     error instanceof Error && error.cause instanceof Error ? error.cause : quotesQuery ? undefined : error;
   if (driverError === undefined) return new Error('drizzleStore: a query failed (the driver gave no reason).');
   const message = driverError instanceof Error ? driverError.message : String(driverError);
   const sanitized = new Error(`drizzleStore: ${message}`, { cause: driverError });
-  return isOutage(driverError) ? storeFailure('unavailable', sanitized) : sanitized;
+  return outage(driverError) ? storeFailure('unavailable', sanitized) : sanitized;
 }
 
 /** SQLSTATE of a serialization failure or a deadlock: the statement can simply run again. */

@@ -3,22 +3,12 @@ import { PgDatabase, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg
 import { IdempotencyConfigError } from '../../core/idempotency-error.js';
 import { describeValue } from '../../core/options.js';
 import { PACKAGE_MIGRATIONS } from './embedded-migrations.js';
+import { BREAKPOINT, folderMigrations, pending } from './journal.js';
+import { migrateMysql } from './mysql/migrate.js';
+import { type AnyMySqlDatabase, isMySqlDatabase } from './mysql/store.js';
 import { rowsOf } from './statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
-
-/** A migration to apply: this package's own, from the code or from the folder passed. */
-interface Migration {
-  readonly tag: string;
-  readonly when: number;
-  readonly hash: string;
-  readonly statements: readonly string[];
-}
-
-// Drizzle's migrator splits a migration's file at these markers (drizzle-orm/migrator).
-const BREAKPOINT = '--> statement-breakpoint';
-
-const tagList = (migrations: readonly { tag: string }[]): string => migrations.map((m) => m.tag).join(', ');
 
 export interface MigrateIdempotencyKeysOptions {
   /**
@@ -60,7 +50,7 @@ export interface MigrateIdempotencyKeysResult {
  */
 const LOCK_KEY = '8390892628016915821';
 
-const OPTION_NAMES = ['migrationsFolder', 'migrationsSchema', 'migrationsTable'] as const;
+export const OPTION_NAMES = ['migrationsFolder', 'migrationsSchema', 'migrationsTable'] as const;
 
 // PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), so two long names could silently meet.
 const MAX_IDENTIFIER_BYTES = 63;
@@ -77,115 +67,8 @@ function identifier(name: 'migrationsSchema' | 'migrationsTable', value: unknown
   return value;
 }
 
-/**
- * This package's migrations, read from `folder`, which must begin with this
- * version's (PACKAGE_MIGRATIONS): a folder of other migrations is never applied.
- */
-async function folderMigrations(migrationsFolder: string | URL): Promise<readonly Migration[]> {
-  // Node-only modules are loaded here, not at the top: the store in this entry also runs where there is no file system.
-  const [{ existsSync, readFileSync }, { join }, { fileURLToPath }, { readMigrationFiles }] = await Promise.all([
-    import('node:fs'),
-    import('node:path'),
-    import('node:url'),
-    import('drizzle-orm/migrator'),
-  ]);
-  const folder = typeof migrationsFolder === 'string' ? migrationsFolder : fileURLToPath(migrationsFolder);
-  const journalPath = join(folder, 'meta', '_journal.json');
-  if (!existsSync(journalPath)) {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: ${folder} holds no migrations (meta/_journal.json is missing). Point \`migrationsFolder\` at trpc-idempotency's drizzle/ folder, or leave it out: this package carries its migrations in its code.`,
-    );
-  }
-  let migrations: Migration[];
-  try {
-    const entries = (JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: { tag: string }[] }).entries;
-    migrations = readMigrationFiles({ migrationsFolder: folder }).map((m, i) => ({
-      tag: String(entries[i]?.tag),
-      when: m.folderMillis,
-      hash: m.hash,
-      statements: m.sql,
-    }));
-  } catch (error) {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: the migrations in ${folder} cannot be read: ${error instanceof Error ? error.message : String(error)}`,
-      { cause: error },
-    );
-  }
-  for (const [i, own] of PACKAGE_MIGRATIONS.entries()) {
-    const found = migrations[i];
-    if (found?.hash === own.hash && found.when === own.when) continue;
-    const what =
-      found === undefined
-        ? `it ends before ${own.tag}`
-        : found.tag === own.tag
-          ? `its ${own.tag} differs from this version's (another SQL text or \`when\`)`
-          : `its entry ${i} is ${found.tag}, where this package has ${own.tag}`;
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: ${folder} is not trpc-idempotency's migrations folder, or not of this version: ${what}. \`migrationsFolder\` must begin with this version's migrations (${tagList(PACKAGE_MIGRATIONS)}), unchanged, and may add later ones of this package; your application's own migrations are not applied here. Leave it out to apply the migrations carried in this package's code.`,
-    );
-  }
-  return migrations;
-}
-
 /** A journal's name as SQL writes it, for messages. */
 const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
-
-/**
- * What to apply, from the journal's rows: the package's migrations after the
- * ones it records. A row is one of the package's migrations when its hash or
- * its `created_at` is that migration's (Drizzle's migrator identifies a
- * migration by `created_at`). Throws, before anything is applied, when the
- * journal holds a row of no package migration (an application's migration,
- * recorded here by earlier versions when a bundle found the application's
- * drizzle/ folder), unless it comes after all of this version's migrations,
- * all recorded, as a later version's would after a rollback; and when it
- * records a migration but not an earlier one.
- */
-function pending(
-  migrations: readonly Migration[],
-  rows: readonly Record<string, unknown>[],
-  journalName: string,
-): readonly Migration[] {
-  const recorded = new Set<number>();
-  const foreign: { id: string; createdAt: number | undefined; hash: string }[] = [];
-  for (const row of rows) {
-    const createdAt = row.created_at === null || row.created_at === undefined ? undefined : Number(row.created_at);
-    const index = migrations.findIndex((m) => m.hash === row.hash || m.when === createdAt);
-    if (index >= 0) recorded.add(index);
-    else foreign.push({ id: String(row.id), createdAt, hash: String(row.hash) });
-  }
-  let done = 0;
-  while (recorded.has(done)) done++;
-  const missing = migrations.slice(done);
-  const latest = Math.max(...recorded);
-  if (foreign.length === 0 && latest > done) {
-    const [skipped, later] = [migrations[done]!, migrations[latest]!];
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: the journal ${journalName} records ${later.tag} but not the earlier ${skipped.tag}: it was edited by hand or by another tool. Nothing was applied. If the database has what ${skipped.tag} creates, record it (insert into ${journalName} (hash, created_at) values ('${skipped.hash}', ${skipped.when})); otherwise delete the later entries and what they created. Then call migrateIdempotencyKeys again.`,
-    );
-  }
-  if (foreign.length === 0) return missing;
-  const newest = migrations.at(-1)?.when ?? Number.NEGATIVE_INFINITY;
-  const lastOwnId = Math.max(
-    ...rows.filter((r) => !foreign.some((f) => f.id === String(r.id))).map((r) => Number(r.id)),
-    Number.NEGATIVE_INFINITY,
-  );
-  const fromLaterVersion = (f: (typeof foreign)[number]) =>
-    f.createdAt !== undefined && f.createdAt > newest && Number(f.id) > lastOwnId;
-  if (missing.length === 0 && foreign.every(fromLaterVersion)) return [];
-  const n = foreign.length;
-  const entries = foreign
-    .map((f) => `id ${f.id} (created_at ${f.createdAt ?? 'null'}, hash ${f.hash.slice(0, 12)}...)`)
-    .join(', ');
-  const them = n === 1 ? 'it' : 'them';
-  throw new IdempotencyConfigError(
-    `migrateIdempotencyKeys: the journal ${journalName} holds ${n} ${n === 1 ? 'entry that is' : 'entries that are'} not one of trpc-idempotency's migrations: ${entries}` +
-      (missing.length > 0
-        ? `; this package's ${tagList(missing)} ${missing.length === 1 ? 'is' : 'are'} not recorded`
-        : `, before or among this package's own`) +
-      `. Nothing was applied. Versions up to 0.2.0, bundled into an application, could apply the application's own drizzle/ migrations and record them here. Check that ${n === 1 ? 'it is' : 'they are'} your application's (applied, and recorded by your own migrator), delete ${them} from this journal (delete from ${journalName} where id in (${foreign.map((f) => f.id).join(', ')})), then call migrateIdempotencyKeys again: it applies this package's migrations that are not recorded.`,
-  );
-}
 
 /**
  * Creates or updates the `idempotency_keys` table with this package's
@@ -225,9 +108,10 @@ function pending(
  * that is not this package's, or a journal that holds other migrations.
  */
 export async function migrateIdempotencyKeys(
-  db: AnyPgDatabase,
+  db: AnyPgDatabase | AnyMySqlDatabase,
   options: MigrateIdempotencyKeysOptions = {},
 ): Promise<MigrateIdempotencyKeysResult> {
+  if (isMySqlDatabase(db)) return migrateMysql(db, options);
   if (is(db, PgTransaction)) {
     // A nested transaction is a savepoint: it cannot set its isolation level, and the lock would outlive it.
     throw new IdempotencyConfigError(
@@ -236,7 +120,7 @@ export async function migrateIdempotencyKeys(
   }
   if (!is(db, PgDatabase)) {
     throw new IdempotencyConfigError(
-      'migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).',
+      'migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...) or MySQL database (drizzle(mysql2Pool)).',
     );
   }
   if (options === null || typeof options !== 'object') {
@@ -267,7 +151,7 @@ export async function migrateIdempotencyKeys(
   const migrations =
     migrationsFolder === undefined
       ? PACKAGE_MIGRATIONS.map((m) => ({ tag: m.tag, when: m.when, hash: m.hash, statements: m.sql.split(BREAKPOINT) }))
-      : await folderMigrations(migrationsFolder);
+      : await folderMigrations(migrationsFolder, PACKAGE_MIGRATIONS);
   const journal = sql`${sql.identifier(schema)}.${sql.identifier(table)}`;
   const journalName = `${quoted(schema)}.${quoted(table)}`;
 

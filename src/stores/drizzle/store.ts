@@ -18,6 +18,7 @@ import type {
 import type { StoreAdmin } from '../../core/store-admin.js';
 import { drizzleAdmin } from './admin.js';
 import { isConflict, isPreparedStatementMiss, sanitize } from './driver-errors.js';
+import { type AnyMySqlDatabase, isMySqlDatabase, type MySqlDrizzleStore, mysqlDrizzleStore } from './mysql/store.js';
 import {
   CLAIM,
   COMPLETE,
@@ -41,10 +42,11 @@ type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 /** The transaction type of a Drizzle database. */
 export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
-export interface DrizzleStoreOptions<TDb extends AnyPgDatabase> {
+export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabase> {
   /**
    * Your Drizzle PostgreSQL database, on any driver (node-postgres,
-   * postgres-js, PGlite...). The store runs its statements on it and never
+   * postgres-js, PGlite...), or your MySQL/MariaDB database on mysql2 (a pool,
+   * or one connection). The store runs its statements on it and never
    * closes it. The `idempotency_keys` table must exist (see the migrations).
    */
   db: TDb;
@@ -93,14 +95,25 @@ const CONFLICT_ATTEMPTS = 10;
 type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown> };
 
 /**
- * A store on PostgreSQL through Drizzle. Each transition is one statement,
- * so a first execution costs 2 round trips (claim, complete) and a replay or
- * an in-flight rejection 1. Time is the server's (`statement_timestamp()`).
- * It can run an operation and store its outcome in one transaction.
+ * A store on your Drizzle database: PostgreSQL (see below) or MySQL/MariaDB
+ * (see mysql/store.ts), told apart by the database's Drizzle class.
+ *
+ * On PostgreSQL each transition is one statement, so a first execution costs
+ * 2 round trips (claim, complete) and a replay or an in-flight rejection 1.
+ * Time is the server's (`statement_timestamp()`). It can run an operation and
+ * store its outcome in one transaction.
  */
-export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb> {
+export function drizzleStore<TDb extends AnyMySqlDatabase>(options: DrizzleStoreOptions<TDb>): MySqlDrizzleStore<TDb>;
+export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb>;
+export function drizzleStore(
+  options: DrizzleStoreOptions<AnyPgDatabase | AnyMySqlDatabase>,
+): DrizzleStore<AnyPgDatabase> | MySqlDrizzleStore<AnyMySqlDatabase> {
+  const db = options?.db;
+  return isMySqlDatabase(db) ? mysqlDrizzleStore(db) : postgresStore(db as AnyPgDatabase);
+}
+
+function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
   // initialized config
-  const { db } = options;
   if (
     db === undefined ||
     db === null ||
@@ -109,7 +122,7 @@ export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOpt
     typeof (db as AnyPgDatabase)._?.session?.prepareQuery !== 'function'
   ) {
     throw new IdempotencyConfigError(
-      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...).',
+      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...) or MySQL database (drizzle(mysql2Pool)).',
     );
   }
 
