@@ -10,25 +10,21 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
+  allCpu,
   fixedRateRow,
   growthRow,
   type PacedRun,
   type Pair,
   type Row,
   type Run,
+  redisCommands,
   type Step,
   saturationRow,
 } from '../../bench/lib/aggregate.js';
 import { summarisePerfScript } from '../../bench/lib/perf.js';
-import {
-  allCpu,
-  type FingerprintCost,
-  fingerprintTable,
-  previousOf,
-  type Results,
-  redisCommands,
-  renderMarkdown,
-} from '../../bench/lib/report.js';
+import { renderMarkdown } from '../../bench/lib/report.js';
+import { fingerprintTable } from '../../bench/lib/report-costs.js';
+import { type FingerprintCost, previousOf, type Results } from '../../bench/lib/results.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 
