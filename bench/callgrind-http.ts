@@ -6,11 +6,11 @@
  *
  *   npm run bench:instructions [-- row ...]     (named rows, beside their baselines: printed, not written)
  *   DIST=<a build> ...     (another build than dist/, e.g. an older commit's, built in a worktree and copied out)
- *   JOBS=2 ...             (rows two at a time, each lane with a redis-server of its own: the counts do not
+ *   JOBS=<n> ...           (rows n at a time, default 2, each lane with a redis-server of its own: the counts do not
  *                           depend on it; the wall time does)
  *   OUT=<file> ...         (write the table there rather than to bench/INSTRUCTIONS.md)
  *   CALLGRIND_KEEP=<dir>   (keep each Node server's dump there, for callgrind_annotate)
- *   WARMUP (6,000), REQUESTS (2,000), CONCURRENCY (4), IDLE_MS (15,000)
+ *   WARMUP (5,000), REQUESTS (1,000), CONCURRENCY (4), IDLE_MS (15,000)
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -28,11 +28,11 @@ import { type BenchRedisNode, startRedisNode } from './lib/replicas.js';
 import { cpuMicros, createSchema, DATABASE_URL } from './lib/services.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
-const WARMUP = Number(process.env.WARMUP ?? 6_000);
-const REQUESTS = Number(process.env.REQUESTS ?? 2_000);
+const WARMUP = Number(process.env.WARMUP ?? 5_000);
+const REQUESTS = Number(process.env.REQUESTS ?? 1_000);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 4);
 const IDLE_MS = Number(process.env.IDLE_MS ?? 15_000);
-const JOBS = Math.max(1, Number(process.env.JOBS ?? 1));
+const JOBS = Math.max(1, Number(process.env.JOBS ?? 2));
 const REPLAY_KEYS = 500;
 /** Requests served instrumented before the count starts. */
 const INSTRUMENTED_WARMUP = 100;
