@@ -93,6 +93,9 @@ const names =
     : Object.keys(ROWS).filter((name) => chosen.includes(name) || chosen.some((c) => ROWS[c]!.baseline === name));
 
 const started = Date.now();
+/** The commit measured (taken at the start: the run is long), with +changes if what it measures differs from it. */
+const commit = version('git', ['rev-parse', '--short', 'HEAD']);
+const dirty = version('git', ['status', '--porcelain', '--', 'src', 'bench/server.ts', 'bench/lib']) !== '';
 const log = (message: string) =>
   process.stderr.write(`[instructions ${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${message}\n`);
 
@@ -398,8 +401,6 @@ function version(command: string, args: string[]): string {
 
 /** bench/INSTRUCTIONS.md: the run's conditions, the method once, the table. */
 function record(table: string, seconds: number, jobs: number): string {
-  const commit = version('git', ['rev-parse', '--short', 'HEAD']);
-  const dirty = version('git', ['status', '--porcelain', '--', 'src', 'bench/server.ts', 'bench/lib']) !== '';
   return `# Instructions per request, counted
 
 Written by \`npm run bench:instructions\` at commit ${commit}${dirty ? '+changes' : ''}${process.env.DIST ? ` (the build in ${process.env.DIST})` : ''} on ${new Date().toISOString()};
