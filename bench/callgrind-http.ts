@@ -36,9 +36,12 @@ const JOBS = Math.max(1, Number(process.env.JOBS ?? 2));
 const REPLAY_KEYS = 500;
 /** Requests served instrumented before the count starts. */
 const INSTRUMENTED_WARMUP = 100;
-/** V8's garbage collector, by function name (see gcOf). */
+/** V8's garbage collector, by function name (see v8Work). */
 const GC_FUNCTION =
   /v8::internal::(Scaveng|Mark|Sweep|Evacuat|Heap::|MinorMark|ConcurrentMarking|IncrementalMarking|BodyDescriptor|RememberedSet|SlotSet|PagedSpace|MemoryAllocator|GCTracer|ObjectStats)|heap::base::/;
+/** V8's compilers (bytecode, Sparkplug, Maglev, TurboFan), its parser and its deoptimizer, by function name. */
+const JIT_FUNCTION =
+  /v8::internal::(compiler|maglev|baseline|interpreter)::|v8::internal::(Parser|PreParser|ParserBase|Scanner|Deoptimizer|Translated|Compiler::|OptimizingCompileDispatcher|Zone)/;
 
 interface RowSpec {
   server: string;
@@ -114,6 +117,7 @@ interface Lane {
 interface Measured {
   node: number;
   gc: number;
+  jit: number;
   redis: number;
   postgres_us: number;
 }
@@ -180,6 +184,8 @@ try {
       node_added: m.node - b.node,
       node_no_gc: m.node - m.gc,
       node_no_gc_added: m.node - m.gc - (b.node - b.gc),
+      node_no_jit: m.node - m.gc - m.jit,
+      node_no_jit_added: m.node - m.gc - m.jit - (b.node - b.gc - b.jit),
       redis: m.redis,
       redis_added: m.redis - b.redis,
       postgres_cpu_us: m.postgres_us,
@@ -278,7 +284,7 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
 
   if (!(node.total > 0)) throw new Error(`${name}: no totals in the callgrind dump`);
   if (process.env.CALLGRIND_KEEP) cpSync(node.file, join(process.env.CALLGRIND_KEEP, `${name}.callgrind`));
-  const gc = gcOf(node.file);
+  const { gc, jit } = v8Work(node.file);
   rmSync(node.file);
   // A backend that started in the window counts from its start; one that ended in it is lost (logged).
   let postgres = 0;
@@ -289,6 +295,7 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
   return {
     node: node.total / REQUESTS,
     gc: gc / REQUESTS,
+    jit: jit / REQUESTS,
     redis: redis / REQUESTS,
     postgres_us: postgres / REQUESTS,
   };
@@ -339,21 +346,27 @@ async function backendCpu(name: string): Promise<Map<number, number>> {
 }
 
 /**
- * The instructions of V8's garbage collector in a dump (its functions by name, from callgrind_annotate).
- * Under valgrind a request takes some 50 times longer, so more objects are alive at each collection
- * than in a server at full speed: the GC's share is the least representative part of the count.
+ * The instructions of V8's garbage collector and of its compilers in a dump (their functions by name, from
+ * callgrind_annotate). Under valgrind a request takes some 50 times longer, so more objects are alive at
+ * each collection than in a server at full speed: the GC's share is the least representative part of the
+ * count. The compilers' is one-off work (a function optimised, deoptimised, optimised again) that V8's
+ * tiering still does after the warm-up: it moves from run to run by up to ~150,000 instructions per request.
  */
-function gcOf(dump: string): number {
+function v8Work(dump: string): { gc: number; jit: number } {
   const listing = execFileSync('callgrind_annotate', ['--threshold=100', dump], {
     encoding: 'utf8',
     maxBuffer: 256 * 1024 * 1024,
   });
   let gc = 0;
+  let jit = 0;
   for (const line of listing.split('\n')) {
     const match = /^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$/.exec(line);
-    if (match && GC_FUNCTION.test(match[2]!)) gc += Number(match[1]!.replaceAll(',', ''));
+    if (match === null || match[2] === 'PROGRAM TOTALS') continue;
+    const instructions = Number(match[1]!.replaceAll(',', ''));
+    if (GC_FUNCTION.test(match[2]!)) gc += instructions;
+    else if (JIT_FUNCTION.test(match[2]!)) jit += instructions;
   }
-  return gc;
+  return { gc, jit };
 }
 
 /**
@@ -418,7 +431,8 @@ PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}. Th
   ${n(WARMUP)} requests uninstrumented (V8 settles), then callgrind counts the next ${n(REQUESTS)}, ${CONCURRENCY} at a time.
   *node*: its instructions per request, in user space (the kernel's socket work is left out). *node without GC*: less
   V8's garbage collector (its functions by name): under valgrind a request takes ~50 times longer, so the GC's share is
-  the least representative part.
+  the least representative part. *node without GC or compiler*: less V8's compilers, parser and deoptimizer too
+  (by function name): one-off work that tiering still does in the window, which moves from run to run.
 - *redis-server*: the bench's own redis-server (\`--hz 1\`, nothing on disk), under callgrind too, counted over the same
   ${n(REQUESTS)} requests, less its idle work: its timers, which run once a second (\`--hz 1 --activerehashing no\`),
   as counted over ${n(IDLE_MS / 1000)} s with nothing to serve at the start of the run, times the window's length.

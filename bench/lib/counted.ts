@@ -14,6 +14,9 @@ export interface CountedRow {
   /** The same without V8's garbage collector (its functions by name). */
   node_no_gc: number;
   node_no_gc_added: number;
+  /** The same without V8's compilers and deoptimizer too: one-off work, which tiering still does in the window. */
+  node_no_jit: number;
+  node_no_jit_added: number;
   /** The bench's redis-server's instructions per request, its idle work (timers) taken out. */
   redis: number;
   redis_added: number;
@@ -29,6 +32,8 @@ export const COLUMNS: readonly (readonly [keyof CountedRow, string])[] = [
   ['node_added', 'node added'],
   ['node_no_gc', 'node without GC'],
   ['node_no_gc_added', 'node without GC added'],
+  ['node_no_jit', 'node without GC or compiler'],
+  ['node_no_jit_added', 'node without GC or compiler added'],
   ['redis', 'redis-server'],
   ['redis_added', 'redis-server added'],
   ['postgres_cpu_us', 'PostgreSQL CPU µs added'],

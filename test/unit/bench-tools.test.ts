@@ -359,13 +359,15 @@ function resultsOf(): Results {
 }
 
 describe('the counted table (bench/INSTRUCTIONS.md) and the bars read from its cells', () => {
-  const counted = (row: string, baseline: string, node_no_gc_added: number, redis_added = 0): CountedRow => ({
+  const counted = (row: string, baseline: string, node_no_jit_added: number, redis_added = 0): CountedRow => ({
     row,
     baseline,
-    node: 1_200_000 + node_no_gc_added,
-    node_added: node_no_gc_added + 10_000,
-    node_no_gc: 1_100_000 + node_no_gc_added,
-    node_no_gc_added,
+    node: 1_200_000 + node_no_jit_added,
+    node_added: node_no_jit_added + 10_000,
+    node_no_gc: 1_100_000 + node_no_jit_added,
+    node_no_gc_added: node_no_jit_added + 5_000,
+    node_no_jit: 1_000_000 + node_no_jit_added,
+    node_no_jit_added,
     redis: 5_000 + redis_added,
     redis_added,
     postgres_cpu_us: 0,
@@ -389,7 +391,9 @@ describe('the counted table (bench/INSTRUCTIONS.md) and the bars read from its c
     const read = parseCounted(markdown);
     expect(read.get('redis-first')).toEqual(rows[0]);
     expect(read.get('memory-replay')?.postgres_cpu_us).toBe(12.3);
-    expect(renderCounted(rows)).toContain('| redis-first | baseline | 1,452,000 | 262,000 | 1,352,000 | 252,000 |');
+    expect(renderCounted(rows)).toContain(
+      '| redis-first | baseline | 1,452,000 | 262,000 | 1,352,000 | 257,000 | 1,252,000 | 252,000 | 75,000 | 70,000 | 0.0 |',
+    );
     expect(() => parseCounted('| row | baseline |\n| --- | --- |\n')).toThrow(/no counted table/);
   });
 
