@@ -12,12 +12,13 @@
  *   CALLGRIND_KEEP=<dir>   (keep each Node server's dump there, for callgrind_annotate)
  *   WARMUP (5,000), REQUESTS (1,000), CONCURRENCY (4), IDLE_MS (15,000)
  */
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { checkBars, renderBars } from './bars.js';
@@ -34,6 +35,7 @@ const CONCURRENCY = Number(process.env.CONCURRENCY ?? 4);
 const IDLE_MS = Number(process.env.IDLE_MS ?? 15_000);
 const JOBS = Math.max(1, Number(process.env.JOBS ?? 2));
 const REPLAY_KEYS = 500;
+const run = promisify(execFile);
 /** Requests served instrumented before the count starts. */
 const INSTRUMENTED_WARMUP = 100;
 /** V8's garbage collector, by function name (see v8Work). */
@@ -168,7 +170,7 @@ try {
         measured[name] = await count(name, ROWS[name]!, lane, schema.url);
         const m = measured[name]!;
         log(
-          `${name}: node ${n(m.node)} (${n(m.node - m.gc)} without GC), redis-server ${n(m.redis)}, PostgreSQL ${m.postgres_us.toFixed(1)} µs`,
+          `${name}: node ${n(m.node)} (${n(m.node - m.gc)} without GC, ${n(m.node - m.gc - m.jit)} nor compiler), redis-server ${n(m.redis)}, PostgreSQL ${m.postgres_us.toFixed(1)} µs`,
         );
       }
     }),
@@ -214,14 +216,15 @@ function callgrind(label: string): string[] {
   ];
 }
 
-function control(pid: number, command: string): void {
-  execFileSync('callgrind_control', [command, String(pid)], { stdio: 'ignore' });
+/** callgrind_control, without blocking the other lanes' requests meanwhile. */
+async function control(pid: number, command: string): Promise<void> {
+  await run('callgrind_control', [command, String(pid)]);
 }
 
 /** Dumps `pid`'s counts since its last dump or zero: their total, and the dump (removed if `remove`). */
-function dump(pid: number, label: string, remove = false): { total: number; file: string } {
+async function dump(pid: number, label: string, remove = false): Promise<{ total: number; file: string }> {
   const before = new Set(readdirSync(out));
-  control(pid, '--dump');
+  await control(pid, '--dump');
   const file = readdirSync(out)
     .filter((f) => f.startsWith(`${label}.callgrind.`) && !before.has(f))
     .sort()
@@ -268,23 +271,23 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
 
   // Instrumented from here: callgrind translates the code again, so the first requests are slow
   // enough for the store's 1 s timeout. They are left out of the count.
-  control(server.pid, '--instr=on');
+  await control(server.pid, '--instr=on');
   await send(server.url, INSTRUMENTED_WARMUP, nextKey, true);
   const redisPid = lane.redis.pid;
   const backendsBefore = await backendCpu(name);
-  control(redisPid, '--zero');
-  control(server.pid, '--zero');
+  await control(redisPid, '--zero');
+  await control(server.pid, '--zero');
   const since = performance.now();
   await send(server.url, REQUESTS, nextKey);
-  const node = dump(server.pid, name);
-  const redis = dump(redisPid, lane.label, true).total - lane.idlePerMs * (performance.now() - since);
+  const node = await dump(server.pid, name);
+  const redis = (await dump(redisPid, lane.label, true)).total - lane.idlePerMs * (performance.now() - since);
   const backendsAfter = await backendCpu(name);
   server.child.kill('SIGKILL');
   await exited;
 
   if (!(node.total > 0)) throw new Error(`${name}: no totals in the callgrind dump`);
   if (process.env.CALLGRIND_KEEP) cpSync(node.file, join(process.env.CALLGRIND_KEEP, `${name}.callgrind`));
-  const { gc, jit } = v8Work(node.file);
+  const { gc, jit } = await v8Work(node.file);
   rmSync(node.file);
   // A backend that started in the window counts from its start; one that ended in it is lost (logged).
   let postgres = 0;
@@ -321,13 +324,13 @@ async function idleRate(node: BenchRedisNode, label: string): Promise<number> {
   await client.flushall();
   await client.script('FLUSH');
   client.disconnect();
-  control(node.pid, '--zero');
-  control(node.pid, '--instr=on');
+  await control(node.pid, '--zero');
+  await control(node.pid, '--instr=on');
   const since = performance.now();
   await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
   // Instrumented from here on (the rows' windows zero it first): a row's first requests do not wait
   // for valgrind to translate the redis-server's code again.
-  return dump(node.pid, label, true).total / (performance.now() - since);
+  return (await dump(node.pid, label, true)).total / (performance.now() - since);
 }
 
 /** CPU time so far (µs) of each PostgreSQL backend whose application_name is the row's. */
@@ -352,9 +355,8 @@ async function backendCpu(name: string): Promise<Map<number, number>> {
  * count. The compilers' is one-off work (a function optimised, deoptimised, optimised again) that V8's
  * tiering still does after the warm-up: it moves from run to run by up to ~150,000 instructions per request.
  */
-function v8Work(dump: string): { gc: number; jit: number } {
-  const listing = execFileSync('callgrind_annotate', ['--threshold=100', dump], {
-    encoding: 'utf8',
+async function v8Work(dump: string): Promise<{ gc: number; jit: number }> {
+  const { stdout: listing } = await run('callgrind_annotate', ['--threshold=100', dump], {
     maxBuffer: 256 * 1024 * 1024,
   });
   let gc = 0;
