@@ -445,11 +445,12 @@ PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}. Th
   the checkpointer are left out. A time: it moves with the host by ~10 %.
 - *added*: the row's figure less its baseline's (*baseline* column: the same server without idempotency, on the same
   client; it sends PostgreSQL nothing).
-- Repeatability: redis-server's counts repeat within ~1,500 instructions per request (the idle work taken out is
-  counted to about a tick). The Node server's do not on a loaded host: on this 2-core host at a load average of
-  8 to 13, the same row moved by up to 50 % between two runs (without GC, up to 26 %), mostly upward in the more
-  loaded run; likely V8 work that follows time rather than requests (under valgrind a request takes ~50 times as
-  long). Compare rows of one run, made on a quiet host, and count again the rows a bar turns on.
+- Repeatability, two runs on a quiet host (load average below 3): redis-server's counts within 1 % (±300
+  instructions per request); the Node server's without GC or compiler within 1.5 % for 17 rows of 21, the others
+  within 7 % (powertools-node-redis-first; redis-first 4 %); without GC within 7.5 %; with GC up to 26 %.
+  PostgreSQL's CPU time within 6 %. On a loaded host (load average 8 to 13) the Node counts rose by up to 50 %
+  (without GC 26 %): V8 work that follows time rather than requests (a request under valgrind takes ~50 times as
+  long). Make the table on a quiet host, and count again the rows a bar turns on.
 - \`npm run bench:instructions -- <row> ...\` counts named rows beside their baselines and prints them;
   \`npm run bench:bars\` checks issue 37's bars against this table's cells.
 
