@@ -1,75 +1,128 @@
 /**
- * Instructions per HTTP request in the server process, counted by callgrind: the bench's servers
- * (bench/server.ts) under valgrind, each variant beside the bare baseline. Timings on a shared
- * 2-core machine move from one run to the next by 10 to 30 %; the instructions a server executes
- * per request do not (GC timing moves them by a few %), so these counts compare the work of the
- * layer, its peers and the floors without the noise. They leave out the kernel's work (system
- * calls, the loopback network): a store round trip costs more than its instructions here.
+ * The counted table: per HTTP request, the instructions of the Node server (callgrind, with and
+ * without V8's garbage collector) and of the bench's redis-server (callgrind), and the CPU time of the
+ * PostgreSQL backends that serve it, for every row beside its own baseline. Writes bench/INSTRUCTIONS.md
+ * (the method is stated there); bench/bars.ts reads its cells.
  *
- *   npm run bench:instructions [-- variant ...]     (about a minute per variant)
- *   DIST=<a build> node --import tsx bench/callgrind-http.ts [variant ...]   (another build than dist/,
- *   e.g. an older commit's, built in a worktree and copied out: two builds side by side; it must
- *   know the variants asked for: redis-fence needs a build with restartFence)
- *
- * Each server runs uninstrumented through a warm-up (WARMUP requests, default 6,000: the JIT
- * settles), then callgrind counts REQUESTS more (default 2,000); `node --single-threaded`, so no
- * compiler or GC thread runs beside it. Requests are sent CONCURRENCY at a time (default 4).
- * Redis and PostgreSQL are the bench's own (a private redis-server, a migrated schema).
+ *   npm run bench:instructions [-- row ...]     (named rows, beside their baselines: printed, not written)
+ *   DIST=<a build> ...     (another build than dist/, e.g. an older commit's, built in a worktree and copied out)
+ *   JOBS=<n> ...           (rows n at a time, default 2, each lane with a redis-server of its own: the counts do not
+ *                           depend on it; the wall time does)
+ *   OUT=<file> ...         (write the table there rather than to bench/INSTRUCTIONS.md)
+ *   CALLGRIND_KEEP=<dir>   (keep each Node server's dump there, for callgrind_annotate)
+ *   WARMUP (5,000), REQUESTS (1,000), CONCURRENCY (4), IDLE_MS (15,000)
  */
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { checkBars, renderBars } from './bars.js';
 import { PAY_BODY } from './lib/app.js';
+import { type CountedRow, parseCounted, renderCounted } from './lib/counted.js';
 import { type Cleanups, exitOnInterrupt, runCleanups, startServer } from './lib/processes.js';
-import { createSchema, startRedis } from './lib/services.js';
+import { type BenchRedisNode, startRedisNode } from './lib/replicas.js';
+import { cpuMicros, createSchema, DATABASE_URL } from './lib/services.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
-const WARMUP = Number(process.env.WARMUP ?? 6_000);
-const REQUESTS = Number(process.env.REQUESTS ?? 2_000);
+const WARMUP = Number(process.env.WARMUP ?? 5_000);
+const REQUESTS = Number(process.env.REQUESTS ?? 1_000);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 4);
+const IDLE_MS = Number(process.env.IDLE_MS ?? 15_000);
+const JOBS = Math.max(1, Number(process.env.JOBS ?? 2));
 const REPLAY_KEYS = 500;
-/** V8's garbage collector, by function name (see gcOf). */
+const run = promisify(execFile);
+/** Requests served instrumented before the count starts. */
+const INSTRUMENTED_WARMUP = 100;
+/** V8's garbage collector, by function name (see v8Work). */
 const GC_FUNCTION =
   /v8::internal::(Scaveng|Mark|Sweep|Evacuat|Heap::|MinorMark|ConcurrentMarking|IncrementalMarking|BodyDescriptor|RememberedSet|SlotSet|PagedSpace|MemoryAllocator|GCTracer|ObjectStats)|heap::base::/;
+/** V8's compilers (bytecode, Sparkplug, Maglev, TurboFan), its parser and its deoptimizer, by function name. */
+const JIT_FUNCTION =
+  /v8::internal::(compiler|maglev|baseline|interpreter)::|v8::internal::(Parser|PreParser|ParserBase|Scanner|Deoptimizer|Translated|Compiler::|OptimizingCompileDispatcher|Zone)/;
 
-/**
- * name → [server variant, keys, environment]: a fresh key per request, or completed keys reused in turn;
- * the *-node-redis variants run with node-redis as the application's client (BENCH_REDIS_CLIENT).
- */
+interface RowSpec {
+  server: string;
+  /** A fresh key per request, or REPLAY_KEYS completed keys reused in turn. */
+  keys: 'fresh' | 'replay';
+  baseline: 'baseline' | 'baseline-node-redis';
+  env?: Record<string, string>;
+  /** Run only when named. */
+  optional?: boolean;
+}
+
+/** The application's Redis client is node-redis (BENCH_REDIS_CLIENT), for the handler's INCR and the Redis store. */
 const NODE_REDIS = { BENCH_REDIS_CLIENT: 'node-redis' };
-const VARIANTS: Record<string, [string, 'fresh' | 'replay', Record<string, string>?]> = {
-  baseline: ['baseline', 'fresh'],
-  'baseline-node-redis': ['baseline', 'fresh', NODE_REDIS],
-  'redis-node-redis-first': ['redis', 'fresh', NODE_REDIS],
-  'redis-node-redis-replay': ['redis', 'replay', NODE_REDIS],
-  'floor-2-redis-round-trips-node-redis': ['round-trips', 'fresh', NODE_REDIS],
-  'node-idempotency-node-redis-first': ['node-idempotency', 'fresh', NODE_REDIS],
-  'node-idempotency-node-redis-replay': ['node-idempotency', 'replay', NODE_REDIS],
-  'powertools-node-redis-first': ['powertools', 'fresh', NODE_REDIS],
-  'powertools-node-redis-replay': ['powertools', 'replay', NODE_REDIS],
-  'floor-2-redis-round-trips': ['round-trips', 'fresh'],
-  'floor-no-io-handler': ['no-io', 'fresh'],
-  ...Object.fromEntries(
-    ['memory', 'redis', 'redis-fence', 'postgres', 'node-idempotency', 'powertools'].flatMap((server) => [
-      [`${server}-first`, [server, 'fresh']],
-      [`${server}-replay`, [server, 'replay']],
-    ]),
-  ),
-};
+const row = (server: string, keys: RowSpec['keys'], nodeRedis = false, optional = false): RowSpec => ({
+  server,
+  keys,
+  baseline: nodeRedis ? 'baseline-node-redis' : 'baseline',
+  ...(nodeRedis ? { env: NODE_REDIS } : {}),
+  ...(optional ? { optional } : {}),
+});
+const pair = (name: string, server: string, nodeRedis = false, optional = false): [string, RowSpec][] => [
+  [`${name}-first`, row(server, 'fresh', nodeRedis, optional)],
+  [`${name}-replay`, row(server, 'replay', nodeRedis, optional)],
+];
+/** Every row, in the table's order; the peers on ioredis have the handler's INCR on ioredis, their own layers on node-redis. */
+const ROWS: Record<string, RowSpec> = Object.fromEntries([
+  ['baseline', row('baseline', 'fresh')],
+  ['baseline-node-redis', row('baseline', 'fresh', true)],
+  ['floor-no-io-handler', row('no-io', 'fresh')],
+  ['floor-2-redis-round-trips', row('round-trips', 'fresh')],
+  ['floor-2-redis-round-trips-node-redis', row('round-trips', 'fresh', true)],
+  ...pair('memory', 'memory'),
+  ...pair('redis', 'redis'),
+  ...pair('redis-node-redis', 'redis', true),
+  ...pair('postgres', 'postgres'),
+  ...pair('node-idempotency', 'node-idempotency'),
+  ...pair('node-idempotency-node-redis', 'node-idempotency', true),
+  ...pair('powertools', 'powertools'),
+  ...pair('powertools-node-redis', 'powertools', true),
+  ...pair('redis-fence', 'redis-fence', false, true),
+]);
 
 const chosen = process.argv.slice(2);
-for (const name of chosen)
-  if (!(name in VARIANTS)) throw new Error(`unknown variant ${name}: one of ${Object.keys(VARIANTS).join(', ')}`);
-const names = chosen.length > 0 ? ['baseline', ...chosen.filter((n) => n !== 'baseline')] : Object.keys(VARIANTS);
+const unknown = chosen.filter((name) => !(name in ROWS));
+if (unknown.length > 0) {
+  console.error(`unknown row ${unknown.join(', ')}: the rows are\n  ${Object.keys(ROWS).join('\n  ')}`);
+  process.exit(2);
+}
+const names =
+  chosen.length === 0
+    ? Object.keys(ROWS).filter((name) => !ROWS[name]!.optional)
+    : Object.keys(ROWS).filter((name) => chosen.includes(name) || chosen.some((c) => ROWS[c]!.baseline === name));
+
+const started = Date.now();
+/** The commit measured (taken at the start: the run is long), with +changes if what it measures differs from it. */
+const commit = version('git', ['rev-parse', '--short', 'HEAD']);
+const dirty = version('git', ['status', '--porcelain', '--', 'src', 'bench/server.ts', 'bench/lib']) !== '';
+const log = (message: string) =>
+  process.stderr.write(`[instructions ${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${message}\n`);
 
 // The server as plain JavaScript (no loader thread under valgrind), beside a copy of dist/ and the
 // same node_modules it resolves from in bench/.
 const out = mkdtempSync(join(tmpdir(), 'bench-callgrind-http-'));
 const cleanups: Cleanups = [() => rmSync(out, { recursive: true, force: true })];
 exitOnInterrupt(cleanups);
+
+interface Lane {
+  redis: BenchRedisNode;
+  label: string;
+  /** Its redis-server's instructions per ms with nothing to serve (its timers). */
+  idlePerMs: number;
+}
+interface Measured {
+  node: number;
+  gc: number;
+  jit: number;
+  redis: number;
+  postgres_us: number;
+}
 
 try {
   mkdirSync(join(out, 'bench'));
@@ -90,104 +143,319 @@ try {
     ],
     { stdio: 'inherit' },
   );
-  const redis = await startRedis();
-  cleanups.push(() => redis.stop());
   const schema = await createSchema('callgrind');
   cleanups.push(() => schema.drop());
-
-  const counts: Record<string, { total: number; gc: number }> = {};
-  const n = (x: number) => Math.round(x).toLocaleString('en-US');
-  console.log(
-    `instructions per request in the server, after ${n(WARMUP)} requests of warm-up, over ${n(REQUESTS)} (${CONCURRENCY} at a time)\n` +
-      '| variant | instructions | x baseline | added | without GC | x baseline | added |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+  const lanes = await Promise.all(
+    Array.from({ length: Math.min(JOBS, names.length) }, async (_, i): Promise<Lane> => {
+      const label = `redis-${i}`;
+      // hz 1: the server's timers (serverCron) run once a second rather than 10 times, and activerehashing
+      // no: they do no rehashing, which runs for a set time; what they do is taken out (idleRate), but the
+      // less there is to take out, the less it moves.
+      const redis = await startRedisNode(
+        ['--hz', '1', '--activerehashing', 'no'],
+        [...callgrind(label), '--instr-atstart=no'],
+      );
+      cleanups.push(() => redis.stop());
+      const idlePerMs = await idleRate(redis, label);
+      log(`${label}: ${n(idlePerMs * 1000)} instructions per second idle`);
+      return { redis, label, idlePerMs };
+    }),
   );
-  for (const name of names) {
-    const [variant, keys, env] = VARIANTS[name]!;
-    const c = await count(name, variant, keys, { REDIS_URL: redis.url, PG_URL: schema.url, ...env });
-    counts[name] = c;
-    const base = counts.baseline!;
-    const own = c.total - c.gc;
-    const baseOwn = base.total - base.gc;
-    console.log(
-      `| ${name} | ${n(c.total)} | ${(c.total / base.total).toFixed(2)} | ${n(c.total - base.total)} | ${n(own)} | ${(own / baseOwn).toFixed(2)} | ${n(own - baseOwn)} |`,
-    );
+  log(`${names.length} rows, ${lanes.length} at a time`);
+  const measured: Record<string, Measured> = {};
+  const queue = [...names];
+  await Promise.all(
+    lanes.map(async (lane) => {
+      for (let name = queue.shift(); name !== undefined; name = queue.shift()) {
+        measured[name] = await count(name, ROWS[name]!, lane, schema.url);
+        const m = measured[name]!;
+        log(
+          `${name}: node ${n(m.node)} (${n(m.node - m.gc)} without GC, ${n(m.node - m.gc - m.jit)} nor compiler), redis-server ${n(m.redis)}, PostgreSQL ${m.postgres_us.toFixed(1)} µs`,
+        );
+      }
+    }),
+  );
+  const rows = names.map((name): CountedRow => {
+    const m = measured[name]!;
+    const baseline = ROWS[name]!.baseline;
+    const b = measured[baseline]!;
+    return {
+      row: name,
+      baseline,
+      node: m.node,
+      node_added: m.node - b.node,
+      node_no_gc: m.node - m.gc,
+      node_no_gc_added: m.node - m.gc - (b.node - b.gc),
+      node_no_jit: m.node - m.gc - m.jit,
+      node_no_jit_added: m.node - m.gc - m.jit - (b.node - b.gc - b.jit),
+      redis: m.redis,
+      redis_added: m.redis - b.redis,
+      postgres_cpu_us: m.postgres_us,
+    };
+  });
+  const table = renderCounted(rows);
+  console.log(`\n${table}\n`);
+  if (chosen.length === 0) {
+    console.log(`${renderBars(checkBars(parseCounted(table)))}\n`);
+    const file = process.env.OUT ?? join(repo, 'bench/INSTRUCTIONS.md');
+    writeFileSync(file, record(table, (Date.now() - started) / 1000, lanes.length));
+    log(`written: ${file}`);
+  } else {
+    log('named rows: printed only (bench/INSTRUCTIONS.md is written by a run of every row)');
   }
 } finally {
   await runCleanups(cleanups);
 }
 
-/** Instructions per request of one server variant: warmed up uninstrumented, then counted. */
-async function count(name: string, variant: string, keys: 'fresh' | 'replay', env: Record<string, string>) {
-  const file = join(out, `${name}.callgrind`);
-  const valgrindLog = join(out, `${name}.valgrind.log`);
-  const server = await startServer(variant, env, cleanups, {
-    prefix: [
-      'valgrind',
-      '--tool=callgrind',
-      '--instr-atstart=no',
-      `--callgrind-out-file=${file}`,
-      `--log-file=${valgrindLog}`,
-    ],
-    script: ['--single-threaded', join(out, 'bench/server.mjs')],
-  });
-  const { child, url } = server;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const pool = Array.from({ length: REPLAY_KEYS }, (_, n) => `${name}-${n}`);
-  let next = 0;
-  const nextKey = keys === 'fresh' ? () => randomUUID() : () => pool[next++ % pool.length]!;
-  if (keys === 'replay') await send(url, REPLAY_KEYS, () => pool[next++]!); // completes each key once
-  await send(url, WARMUP, nextKey);
-  execFileSync('callgrind_control', ['--instr=on', String(child.pid)], { stdio: 'ignore' });
-  await send(url, REQUESTS, nextKey);
-  execFileSync('callgrind_control', ['--dump', String(child.pid)], { stdio: 'ignore' });
-  child.kill('SIGKILL');
-  await exited;
-  // The dump written on --dump: <file>.<n>; totals of the instrumented window only.
-  const dumps = readdirSync(out).filter((f) => f.startsWith(`${name}.callgrind.`));
-  if (dumps.length === 0) {
-    throw new Error(`${name}: callgrind wrote no dump\n${readFileSync(valgrindLog, 'utf8').slice(-2000)}`);
+function callgrind(label: string): string[] {
+  return [
+    'valgrind',
+    '--tool=callgrind',
+    `--callgrind-out-file=${join(out, `${label}.callgrind`)}`,
+    `--log-file=${join(out, `${label}.valgrind.log`)}`,
+  ];
+}
+
+/** callgrind_control, without blocking the other lanes' requests meanwhile. */
+async function control(pid: number, command: string): Promise<void> {
+  await run('callgrind_control', [command, String(pid)]);
+}
+
+/** Dumps `pid`'s counts since its last dump or zero: their total, and the dump (removed if `remove`). */
+async function dump(pid: number, label: string, remove = false): Promise<{ total: number; file: string }> {
+  const before = new Set(readdirSync(out));
+  await control(pid, '--dump');
+  const file = readdirSync(out)
+    .filter((f) => f.startsWith(`${label}.callgrind.`) && !before.has(f))
+    .sort()
+    .at(-1);
+  if (file === undefined) {
+    throw new Error(
+      `${label}: callgrind wrote no dump\n${readFileSync(join(out, `${label}.valgrind.log`), 'utf8').slice(-2000)}`,
+    );
   }
-  const dump = join(out, dumps.sort().at(-1)!);
-  // CALLGRIND_KEEP=<dir>: keep each dump there, for callgrind_annotate.
-  if (process.env.CALLGRIND_KEEP) cpSync(dump, join(process.env.CALLGRIND_KEEP, `${name}.callgrind`));
-  const text = readFileSync(dump, 'utf8');
-  const total = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1]);
-  if (!Number.isFinite(total) || total === 0) throw new Error(`${name}: no totals in the callgrind dump`);
-  return { total: total / REQUESTS, gc: gcOf(dump) / REQUESTS };
+  const path = join(out, file);
+  const total = Number(/^(?:summary|totals): (\d+)/m.exec(readFileSync(path, 'utf8'))?.[1] ?? 0);
+  if (remove) rmSync(path);
+  return { total, file: path };
+}
+
+/** One row: its server warmed up uninstrumented, then REQUESTS counted in it, its redis-server and its PostgreSQL backends. */
+async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Promise<Measured> {
+  const url = new URL(pgUrl);
+  // The backends of this server, found by their application_name.
+  url.searchParams.set('application_name', `bench-instructions-${name}`);
+  const server = await startServer(
+    spec.server,
+    { REDIS_URL: lane.redis.url, PG_URL: url.toString(), BENCH_STORE_TIMEOUT: '10000', ...spec.env },
+    cleanups,
+    {
+      prefix: [...callgrind(name), '--instr-atstart=no'],
+      script: ['--single-threaded', join(out, 'bench/server.mjs')],
+    },
+  );
+  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()));
+  // The replay keys, each completed once (a key the slow start answered 503 for is replaced by another).
+  const pool: string[] = [];
+  if (spec.keys === 'replay') {
+    for (let i = 0; pool.length < REPLAY_KEYS && i < 2 * REPLAY_KEYS; i++) {
+      const key = `${name}-${i}`;
+      if (await pay(server.url, key)) pool.push(key);
+    }
+    if (pool.length < REPLAY_KEYS) throw new Error(`${name}: could not complete ${REPLAY_KEYS} replay keys`);
+  }
+  let next = 0;
+  const nextKey = spec.keys === 'fresh' ? () => randomUUID() : () => pool[next++ % pool.length]!;
+  const unanswered = await send(server.url, WARMUP, nextKey, true);
+  if (unanswered > 0) log(`${name}: ${unanswered} warm-up requests answered 503 (slow start under valgrind)`);
+
+  // Instrumented from here: callgrind translates the code again, so the first requests are slow
+  // enough for the store's 1 s timeout. They are left out of the count.
+  await control(server.pid, '--instr=on');
+  await send(server.url, INSTRUMENTED_WARMUP, nextKey, true);
+  const redisPid = lane.redis.pid;
+  const backendsBefore = await backendCpu(name);
+  await control(redisPid, '--zero');
+  await control(server.pid, '--zero');
+  const since = performance.now();
+  await send(server.url, REQUESTS, nextKey);
+  const node = await dump(server.pid, name);
+  const redis = (await dump(redisPid, lane.label, true)).total - lane.idlePerMs * (performance.now() - since);
+  const backendsAfter = await backendCpu(name);
+  server.child.kill('SIGKILL');
+  await exited;
+
+  if (!(node.total > 0)) throw new Error(`${name}: no totals in the callgrind dump`);
+  if (process.env.CALLGRIND_KEEP) cpSync(node.file, join(process.env.CALLGRIND_KEEP, `${name}.callgrind`));
+  const { gc, jit } = await v8Work(node.file);
+  rmSync(node.file);
+  // A backend that started in the window counts from its start; one that ended in it is lost (logged).
+  let postgres = 0;
+  for (const [pid, us] of backendsAfter) postgres += Math.max(0, us - (backendsBefore.get(pid) ?? 0));
+  const opened = [...backendsAfter.keys()].filter((pid) => !backendsBefore.has(pid)).length;
+  const closed = [...backendsBefore.keys()].filter((pid) => !backendsAfter.has(pid)).length;
+  if (opened + closed > 0) log(`${name}: PostgreSQL backends ${opened} opened, ${closed} closed in the window`);
+  return {
+    node: node.total / REQUESTS,
+    gc: gc / REQUESTS,
+    jit: jit / REQUESTS,
+    redis: redis / REQUESTS,
+    postgres_us: postgres / REQUESTS,
+  };
 }
 
 /**
- * The instructions of V8's garbage collector in a dump (its functions by name, from callgrind_annotate).
- * Under valgrind a request takes some 50 times longer, so more objects are alive at each collection
- * than in a server at full speed: the GC's share is the least representative part of the count.
+ * What a lane's redis-server does per ms with nothing to serve (its timers, about once a second), over
+ * IDLE_MS: taken out of each row's count. First the commands the rows send, so that valgrind has
+ * translated their code before a row's server (whose store calls time out after 1 s) meets it.
  */
-function gcOf(dump: string): number {
-  const listing = execFileSync('callgrind_annotate', ['--threshold=100', dump], {
-    encoding: 'utf8',
+async function idleRate(node: BenchRedisNode, label: string): Promise<number> {
+  const client = new Redis(node.url);
+  const script =
+    "redis.call('HSET', KEYS[1], 's', 'c', 'b', ARGV[1]); redis.call('PEXPIRE', KEYS[1], 60000); return redis.call('HGET', KEYS[1], 'b')";
+  for (let i = 0; i < 300; i++) {
+    await Promise.all([
+      client.eval(script, 1, `warm-${i}`, 'x'.repeat(200)),
+      client.set(`warm-set-${i}`, 'x', 'PX', 60_000, 'NX'),
+      client.get(`warm-set-${i}`),
+      client.incr('warm-counter'),
+    ]);
+  }
+  await client.flushall();
+  await client.script('FLUSH');
+  client.disconnect();
+  await control(node.pid, '--zero');
+  await control(node.pid, '--instr=on');
+  const since = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
+  // Instrumented from here on (the rows' windows zero it first): a row's first requests do not wait
+  // for valgrind to translate the redis-server's code again.
+  return (await dump(node.pid, label, true)).total / (performance.now() - since);
+}
+
+/** CPU time so far (µs) of each PostgreSQL backend whose application_name is the row's. */
+async function backendCpu(name: string): Promise<Map<number, number>> {
+  const client = new pg.Client({ connectionString: DATABASE_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ pid: number }>(
+      'select pid from pg_stat_activity where application_name = $1',
+      [`bench-instructions-${name}`],
+    );
+    return new Map(rows.map(({ pid }) => [pid, cpuMicros(pid)]));
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * The instructions of V8's garbage collector and of its compilers in a dump (their functions by name, from
+ * callgrind_annotate). Under valgrind a request takes some 50 times longer, so more objects are alive at
+ * each collection than in a server at full speed: the GC's share is the least representative part of the
+ * count. The compilers' is one-off work (a function optimised, deoptimised, optimised again) that V8's
+ * tiering still does after the warm-up: it moves from run to run by up to ~150,000 instructions per request.
+ */
+async function v8Work(dump: string): Promise<{ gc: number; jit: number }> {
+  const { stdout: listing } = await run('callgrind_annotate', ['--threshold=100', dump], {
     maxBuffer: 256 * 1024 * 1024,
   });
   let gc = 0;
+  let jit = 0;
   for (const line of listing.split('\n')) {
     const match = /^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$/.exec(line);
-    if (match && GC_FUNCTION.test(match[2]!)) gc += Number(match[1]!.replaceAll(',', ''));
+    if (match === null || match[2] === 'PROGRAM TOTALS') continue;
+    const instructions = Number(match[1]!.replaceAll(',', ''));
+    if (GC_FUNCTION.test(match[2]!)) gc += instructions;
+    else if (JIT_FUNCTION.test(match[2]!)) jit += instructions;
   }
-  return gc;
+  return { gc, jit };
 }
 
-/** `n` requests, CONCURRENCY at a time; every one must answer 200. */
-async function send(url: string, n: number, key: () => string): Promise<void> {
-  let left = n;
+/**
+ * `count` requests, CONCURRENCY at a time; every one must answer 200, except with `tolerate` (the
+ * warm-up: a request that the server, slow under valgrind, answers 503 is only not counted).
+ */
+async function send(url: string, count: number, key: () => string, tolerate = false): Promise<number> {
+  let left = count;
+  let failed = 0;
   const worker = async () => {
     while (left > 0) {
       left--;
-      const response = await fetch(`${url}/pay`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': key() },
-        body: PAY_BODY,
-      });
-      const body = await response.text();
-      if (response.status !== 200) throw new Error(`${url}: ${response.status} ${body.slice(0, 300)}`);
+      if (!(await pay(url, key()))) failed++;
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  if (failed > 0 && !tolerate) throw new Error(`${url}: ${failed} of ${count} requests did not answer 200`);
+  return failed;
+}
+
+/** One request; true if it answered 200, false on a 503 (logged), throws on any other answer. */
+async function pay(url: string, key: string): Promise<boolean> {
+  const response = await fetch(`${url}/pay`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: PAY_BODY,
+  });
+  const body = await response.text();
+  if (response.status === 200) return true;
+  if (response.status === 503) return false;
+  throw new Error(`${url}: ${response.status} ${body.slice(0, 300)}`);
+}
+
+function n(x: number): string {
+  return Math.round(x).toLocaleString('en-US');
+}
+
+function version(command: string, args: string[]): string {
+  try {
+    return execFileSync(command, args, { encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** bench/INSTRUCTIONS.md: the run's conditions, the method once, the table. */
+function record(table: string, seconds: number, jobs: number): string {
+  return `# Instructions per request, counted
+
+Written by \`npm run bench:instructions\` at commit ${commit}${dirty ? '+changes' : ''}${process.env.DIST ? ` (the build in ${process.env.DIST})` : ''} on ${new Date().toISOString()};
+the run took ${Math.round(seconds)} s (${jobs} row${jobs > 1 ? 's' : ''} at a time). ${cpus()[0]?.model ?? 'unknown'}, ${cpus().length} cores;
+Node ${process.version}; ${version('valgrind', ['--version'])}; Redis ${version('redis-server', ['--version']).replace(/^.*v=(\S+).*$/, '$1')};
+PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}. The saturation throughput of bench/RESULTS.md is context: it moves with the host.
+
+## Method
+
+- Each row is one server of \`bench/server.ts\` (the library from the built \`dist/\`), the same \`POST /pay\` as in
+  bench/RESULTS.md: a tRPC mutation whose handler does one Redis \`INCR\`. *first*: a fresh \`Idempotency-Key\` per
+  request; *replay*: ${REPLAY_KEYS} keys completed beforehand, reused in turn. Rows ending in *-node-redis* have node-redis as
+  the application's client (the handler's \`INCR\`, the Redis store); the peers' own layers use node-redis in every row.
+- The server runs under \`valgrind --tool=callgrind\`, \`node --single-threaded\` (no compiler or GC thread beside it):
+  ${n(WARMUP)} requests uninstrumented (V8 settles), then callgrind counts the next ${n(REQUESTS)}, ${CONCURRENCY} at a time.
+  *node*: its instructions per request, in user space (the kernel's socket work is left out). *node without GC*: less
+  V8's garbage collector (its functions by name): under valgrind a request takes ~50 times longer, so the GC's share is
+  the least representative part. *node without GC or compiler*: less V8's compilers, parser and deoptimizer too
+  (by function name): one-off work that tiering still does in the window, which moves from run to run.
+- *redis-server*: the bench's own redis-server (\`--hz 1\`, nothing on disk), under callgrind too, counted over the same
+  ${n(REQUESTS)} requests, less its idle work: its timers, which run once a second (\`--hz 1 --activerehashing no\`),
+  as counted over ${n(IDLE_MS / 1000)} s with nothing to serve at the start of the run, times the window's length.
+- *PostgreSQL CPU µs*: its instructions cannot be counted here (the server is shared and not ours to run under
+  valgrind; the machine has no hardware counters), so the CPU time (user + system, \`/proc/<pid>/task/*/schedstat\`) of
+  the backends serving the row's server (found by \`application_name\`) over the same window, per request. Requests
+  reach them slowly (the server is under valgrind), so each commit waits for its own WAL flush. The WAL writer and
+  the checkpointer are left out. A time: it moves with the host by ~10 %.
+- *added*: the row's figure less its baseline's (*baseline* column: the same server without idempotency, on the same
+  client; it sends PostgreSQL nothing).
+- Repeatability, two runs on a quiet host (load average below 3): redis-server's counts within 1 % (±300
+  instructions per request); the Node server's without GC or compiler within 1.5 % for 17 rows of 21, the others
+  within 7 % (powertools-node-redis-first; redis-first 4 %); without GC within 7.5 %; with GC up to 26 %.
+  PostgreSQL's CPU time within 6 %. On a loaded host (load average 8 to 13) the Node counts rose by up to 50 %
+  (without GC 26 %): V8 work that follows time rather than requests (a request under valgrind takes ~50 times as
+  long). Make the table on a quiet host, and count again the rows a bar turns on.
+- \`npm run bench:instructions -- <row> ...\` counts named rows beside their baselines and prints them;
+  \`npm run bench:bars\` checks issue 37's bars against this table's cells.
+
+## Counted
+
+${table}
+`;
 }

@@ -9,6 +9,9 @@
  * BENCH_RECORDS (1000000), BENCH_WARMUP_REQUESTS (10000), BENCH_WAIT_QUIET=1
  * (wait for a 1-minute load average below 0.8 first, up to 20 minutes),
  * BENCH_PIN=1, DATABASE_URL.
+ *
+ * npm run bench -- <row> ...: only those rows (and their baselines), at saturation and at a fixed
+ * rate; printed, not recorded.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,7 +46,8 @@ import {
 } from './lib/processes.js';
 import { summariseProfile } from './lib/profile.js';
 import { type BenchReplicaPair, startReplicaPair } from './lib/replicas.js';
-import { type FingerprintCost, previousOf, type Results, renderMarkdown, renderTable } from './lib/report.js';
+import { renderLatency, renderMarkdown, renderTable } from './lib/report.js';
+import { type FingerprintCost, previousOf, type Results } from './lib/results.js';
 import {
   type BenchRedis,
   type BenchSchema,
@@ -130,6 +134,12 @@ const PLAN: Step[] = [
     { name: `${name}-replay`, server, baseline, keys: 'replay' as const, baselineKeys: 'replay' as const },
   ]),
 ];
+/**
+ * `npm run bench -- <row> ...`: only the rows named, at saturation and at the fixed rate, each against its
+ * baseline; printed, not recorded (bench/RESULTS.md is the record of a run of every row).
+ */
+const NAMED = process.argv.slice(2);
+const plan = NAMED.length === 0 ? PLAN : PLAN.filter((step) => NAMED.includes(step.name));
 /** The servers whose Redis is the primary with a replica (the others use the bench's main redis-server). */
 const REPLICATED = new Set(['redis-replicated', 'redis-wait']);
 /** The servers profiled in "Where the CPU goes": [name, server variant, keys, environment]. */
@@ -291,49 +301,43 @@ const serverEnv = ({ redis, schemas }: Services) => ({
   BENCH_AUTO_PIPELINING: '0',
 });
 
-/** Every server of the plan, the four growth servers, and the load generator. */
+/** Every server the plan needs, the four growth servers (for a run of every row), and the load generator. */
 async function startServers(services: Services) {
   log('starting the servers');
   const env = serverEnv(services);
-  const servers: Record<string, Server> = {};
-  for (const variant of [
-    'baseline',
-    'round-trips',
-    'redis-plain',
-    'no-io',
-    'memory',
-    'redis',
-    'redis-fence',
-    'postgres',
-    'node-idempotency',
-    'powertools',
-    'express-baseline',
-    'express-idempotency',
-  ]) {
-    servers[variant] = await startServer(variant, env);
-  }
   const pipelined = { ...env, BENCH_AUTO_PIPELINING: '1' };
-  servers['baseline-autopipelining'] = await startServer('baseline', pipelined);
-  servers['redis-autopipelining'] = await startServer('redis', pipelined);
   // The application's client is node-redis (createClient from redis), for the handler's INCR and the store alike.
   const nodeRedis = { ...env, BENCH_REDIS_CLIENT: 'node-redis' };
-  servers['baseline-node-redis'] = await startServer('baseline', nodeRedis);
-  servers['redis-node-redis'] = await startServer('redis', nodeRedis);
-  servers['node-idempotency-node-redis'] = await startServer('node-idempotency', nodeRedis);
-  servers['powertools-node-redis'] = await startServer('powertools', nodeRedis);
-  // The Redis store without the fence, beside redis-fence: the same history (the redis server serves other rows too).
-  servers['redis-unfenced'] = await startServer('redis', env);
   // The Redis store with and without waitForReplicas, on the primary with a replica (the handler's INCR too).
   const replicatedEnv = { ...env, REDIS_URL: services.replicated.primary.url };
-  servers['redis-replicated'] = await startServer('redis', replicatedEnv);
-  servers['redis-wait'] = await startServer('redis-wait', replicatedEnv);
-  const { redis, schemas } = services;
-  const growth = {
-    'redis-empty': await startServer('redis', { REDIS_URL: redis.empty.url }),
-    'redis-full': await startServer('redis', { REDIS_URL: redis.full.url }),
-    'postgres-empty': await startServer('postgres', { REDIS_URL: redis.empty.url, PG_URL: schemas.empty.url }),
-    'postgres-full': await startServer('postgres', { REDIS_URL: redis.full.url, PG_URL: schemas.full.url }),
+  /** name → [variant, environment]; a name that is a variant runs with `env`. */
+  const defined: Record<string, [string, Record<string, string>]> = {
+    'baseline-autopipelining': ['baseline', pipelined],
+    'redis-autopipelining': ['redis', pipelined],
+    'baseline-node-redis': ['baseline', nodeRedis],
+    'redis-node-redis': ['redis', nodeRedis],
+    'node-idempotency-node-redis': ['node-idempotency', nodeRedis],
+    'powertools-node-redis': ['powertools', nodeRedis],
+    // The Redis store without the fence, beside redis-fence: the same history (the redis server serves other rows too).
+    'redis-unfenced': ['redis', env],
+    'redis-replicated': ['redis', replicatedEnv],
+    'redis-wait': ['redis-wait', replicatedEnv],
   };
+  const servers: Record<string, Server> = {};
+  for (const name of new Set(plan.flatMap((step) => [step.baseline, step.server]))) {
+    const [variant, serverEnvOf] = defined[name] ?? [name, env];
+    servers[name] = await startServer(variant, serverEnvOf);
+  }
+  const { redis, schemas } = services;
+  const growth: Record<string, Server> =
+    plan !== PLAN
+      ? {}
+      : {
+          'redis-empty': await startServer('redis', { REDIS_URL: redis.empty.url }),
+          'redis-full': await startServer('redis', { REDIS_URL: redis.full.url }),
+          'postgres-empty': await startServer('postgres', { REDIS_URL: redis.empty.url, PG_URL: schemas.empty.url }),
+          'postgres-full': await startServer('postgres', { REDIS_URL: redis.full.url, PG_URL: schemas.full.url }),
+        };
   loadGenerator = startLoad(CONNECTIONS, cleanups);
   pin(loadGenerator.pid, OTHER_CPUS);
   for (const r of Object.values(redis)) pin(r.pid, OTHER_CPUS);
@@ -347,7 +351,7 @@ async function warmUpServers(servers: Record<string, Server>, growth: Record<str
   const modesOf = new Map<string, Set<'fresh' | 'replay'>>();
   const addMode = (server: string, mode: 'fresh' | 'replay') =>
     modesOf.set(server, (modesOf.get(server) ?? new Set()).add(mode));
-  for (const step of PLAN) {
+  for (const step of plan) {
     addMode(step.baseline, step.baselineKeys ?? 'fresh');
     addMode(step.server, step.keys);
   }
@@ -373,7 +377,7 @@ async function runRounds(servers: Record<string, Server>, redisOf: (server: stri
   for (let round = 1; round <= ROUNDS; round++) {
     log(`round ${round} of ${ROUNDS}`);
     let before: Run | undefined;
-    for (const step of PLAN) {
+    for (const step of plan) {
       if (before?.name !== baselineName(step)) before = await baselineRun(step, round);
       const keys = step.keys === 'fresh' ? { mode: 'fresh' as const } : replayKeys(`${step.name}-r${round}`);
       const variant = await measureRun(step.name, round, servers[step.server]!, keys, redisOf(step.server));
@@ -398,7 +402,7 @@ async function runFixedRate(servers: Record<string, Server>, runs: Run[]) {
   const paced: Pair<PacedRun>[] = [];
   for (let round = 1; round <= ROUNDS; round++) {
     let before: { name: string; rate: number; result: PacedRun } | undefined;
-    for (const step of PLAN) {
+    for (const step of plan) {
       const rate = rateOf(step, runs);
       const name = baselineName(step);
       const baseline = servers[step.baseline]!;
@@ -523,6 +527,12 @@ async function runInProcess(schemas: Services['schemas']) {
 
 // ---------------------------------------------------------------- main
 async function main() {
+  const unknown = NAMED.filter((name) => !PLAN.some((step) => step.name === name));
+  if (unknown.length > 0) {
+    console.error(`unknown row ${unknown.join(', ')}: the rows are\n  ${PLAN.map((step) => step.name).join('\n  ')}`);
+    process.exit(2);
+  }
+  if (plan !== PLAN) return namedRows();
   const record = here('./RESULTS.md');
   const previous = existsSync(record) ? previousOf(readFileSync(record, 'utf8')) : undefined;
   const quiet = process.env.BENCH_WAIT_QUIET === '1' ? await waitQuiet() : undefined;
@@ -568,10 +578,10 @@ async function main() {
       after: loadAfter,
       ...(quiet === undefined ? {} : { waited_for_quiet_s: Math.round(quiet.waited_s), reached_quiet: quiet.quiet }),
     },
-    rows: PLAN.map((step) => saturationRow(step, pairs)),
+    rows: plan.map((step) => saturationRow(step, pairs)),
     store_cost: { redis: redisOps, postgres: pgOps },
     peer_redis_bytes_per_record: peerBytes,
-    latency: PLAN.map((step) => fixedRateRow(step, paced, rateOf(step, runs))),
+    latency: plan.map((step) => fixedRateRow(step, paced, rateOf(step, runs))),
     profiles,
     overhead_us_per_call: round2(overhead.overhead_us_per_call),
     overhead,
@@ -584,11 +594,24 @@ async function main() {
   writeReport(results);
 }
 
+/** The rows named on the command line, at saturation and at a fixed rate: printed, not recorded. */
+async function namedRows() {
+  log(`${plan.map((step) => step.name).join(', ')}: ${ROUNDS} rounds of ${DURATION} s runs, printed, not recorded`);
+  const services = await startServices();
+  const { servers, growth } = await startServers(services);
+  await warmUpServers(servers, growth);
+  const { runs, pairs } = await runRounds(servers, redisOfServer(services));
+  const paced = await runFixedRate(servers, runs);
+  await cleanup();
+  process.stdout.write(`\n${renderTable(plan.map((step) => saturationRow(step, pairs)))}\n`);
+  process.stdout.write(`\n${renderLatency(plan.map((step) => fixedRateRow(step, paced, rateOf(step, runs))))}\n`);
+}
+
 /** bench/results.json (every run), bench/RESULTS.md, and the saturation table on stdout. */
 function writeReport(results: Results) {
   writeFileSync(here('./results.json'), `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(here('./RESULTS.md'), renderMarkdown(results));
-  process.stdout.write(`\n${renderTable(results)}\n`);
+  process.stdout.write(`\n${renderTable(results.rows)}\n`);
   log(`done in ${results.duration_s} s: bench/results.json, bench/RESULTS.md`);
 }
 

@@ -12,6 +12,7 @@
  * tRPC variants share one router shape and the same `pay` mutation; the
  * library is loaded from the built `dist/` (run `npm run build` first), or
  * from the build directory named by BENCH_LIB, to compare two builds.
+ * BENCH_STORE_TIMEOUT: the stores' storeTimeout in ms (default the library's).
  * BENCH_PROFILE: where to write a CPU profile of the window between SIGUSR2 and SIGTERM.
  * Express variants answer the same request with the same JSON envelope.
  */
@@ -83,7 +84,10 @@ async function trpcServer(): Promise<Server> {
       const pool = new pg.Pool({ connectionString: process.env.PG_URL, max: 10 });
       store = drizzleStore({ db: drizzle(pool) });
     }
-    procedure = withIdempotency(t.procedure, { scope: 'global', store });
+    // BENCH_STORE_TIMEOUT: a longer storeTimeout (ms, at most 10,000) for a server under valgrind, where a
+    // garbage collection on a loaded machine can outlast the default 1 s (npm run bench:instructions).
+    const storeTimeout = Number(process.env.BENCH_STORE_TIMEOUT ?? 0);
+    procedure = withIdempotency(t.procedure, { scope: 'global', store, ...(storeTimeout > 0 ? { storeTimeout } : {}) });
   }
 
   if (variant === 'redis-plain') {

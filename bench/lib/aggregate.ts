@@ -189,3 +189,28 @@ export function growthRow(empty: Run[], full: Run[], records: number): Growth {
     full_p99_ms: median(full.map((r) => r.p99_ms)),
   };
 }
+
+/** Commands the client sent per request (the handler's INCR left out), and those run inside scripts. */
+export function redisCommands(calls: Record<string, number>): { sent: number; inScripts: number } {
+  const scripted = (calls.evalsha ?? 0) + (calls.eval ?? 0) > 0;
+  let sent = 0;
+  let inScripts = 0;
+  for (const [cmd, n] of Object.entries(calls)) {
+    if (cmd === 'incr') continue;
+    if (!scripted || cmd === 'evalsha' || cmd === 'eval') sent += n;
+    else inScripts += n;
+  }
+  return { sent: Math.round(sent * 100) / 100, inScripts: Math.round(inScripts * 100) / 100 };
+}
+
+/** CPU per request of every process a request touches, at saturation: the variant's and its baselines'. */
+export function allCpu(r: Row): { variant: number; baseline: number } {
+  return {
+    variant: r.server_cpu_us_per_req + r.load_cpu_us_per_req + r.redis_cpu_us_per_req + r.postgres_cpu_us_per_req,
+    baseline:
+      r.baseline_server_cpu_us_per_req +
+      r.baseline_load_cpu_us_per_req +
+      r.baseline_redis_cpu_us_per_req +
+      r.baseline_postgres_cpu_us_per_req,
+  };
+}

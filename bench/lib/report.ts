@@ -3,152 +3,10 @@
  * numbers with the method stated once. Why the numbers are what they are is written by hand in
  * docs/performance.md and bench/profile-*.md; targets belong to the issues.
  */
-import type { Growth, Latency, Row, Run } from './aggregate.js';
-import type { ProfileSummary } from './profile.js';
-import type { PostgresCost, RedisCost } from './store-cost.js';
-
-/** What a record carries for the next one to compare with, in a comment of RESULTS.md. */
-export interface Previous {
-  date: string;
-  commit: string;
-  /** `<cpu>, <cores> cores`: ratios from another machine compare only loosely. */
-  machine: string;
-  /** The tRPC baseline's req/s (median of its runs): how fast that machine served the bare procedure. */
-  baseline_rps: number | undefined;
-  /** The lowest and highest req/s of the tRPC baseline's own runs: how steady the host was. */
-  baseline_rps_range: [number, number] | undefined;
-  ratios: Record<string, number>;
-  overhead_us_per_call: number;
-}
-
-/** One shape of bench/fingerprint.ts: µs per copy, medians over the rounds. */
-export interface FingerprintRow {
-  shape: string;
-  /** How the body was written: JSON, or superjson (with `dedupe: true`, a shared object written once). */
-  transport: 'JSON' | 'superjson' | 'superjson, dedupe';
-  body_bytes: number;
-  copies: number;
-  parse_us: number;
-  /** For a refused shape, the time to refuse it. */
-  fingerprint_us: number;
-  /** Median of the rounds' fingerprint / parse. */
-  ratio: number;
-  ratios: number[];
-  /** The fingerprint refused it (input_unsupported), as it must. */
-  refused?: boolean;
-}
-
-export interface FingerprintCost {
-  rounds: number;
-  batch_ms: number;
-  rows: FingerprintRow[];
-}
-
-export interface Results {
-  machine: Record<string, string | number>;
-  date: string;
-  commit: string;
-  previous: Previous | undefined;
-  settings: {
-    rounds: number;
-    duration_s: number;
-    warmup_s: number;
-    /** Requests each server served, of each kind, before its first measured run. */
-    warmup_requests: number;
-    profiler: 'perf' | 'v8';
-    connections: number;
-    replay_keys: number;
-    pinned: string;
-  };
-  load_average: { before: number[]; after: number[]; waited_for_quiet_s?: number; reached_quiet?: boolean };
-  rows: Row[];
-  /** Store operations and bytes per record (bench/lib/store-cost.ts), on a Redis and a schema nothing else used. */
-  store_cost: { redis: RedisCost; postgres: PostgresCost };
-  peer_redis_bytes_per_record: Record<string, number>;
-  latency: Latency[];
-  profiles: Record<string, ProfileSummary & { requests: number }>;
-  overhead_us_per_call: number;
-  overhead: {
-    baseline_us: number;
-    idempotent_us: number;
-    fingerprint_us: number;
-    replay_overhead_us_per_call: number;
-    /** The least an idempotency layer does in process (bench/lib/inprocess.ts, minimalLayer), over the baseline. */
-    minimal_overhead_us_per_call: number;
-  };
-  fingerprint: FingerprintCost;
-  growth: { redis: Growth & { keys_in_redis: number }; postgres: Growth };
-  purge: { rows: number; deleted: number; seconds: number; batch_size: number; rows_per_second: number };
-  /** Every saturation run, baselines included. */
-  runs: Run[];
-  duration_s: number;
-}
-
-const SUMMARY = /<!-- bench-summary (\{.*\}) -->/;
-
-/** The summary a committed RESULTS.md carries, if it has one. */
-export function previousOf(markdown: string): Previous | undefined {
-  const match = SUMMARY.exec(markdown);
-  return match === null ? undefined : (JSON.parse(match[1]!) as Previous);
-}
-
-/** What this record carries for the next one. */
-export function summaryOf(results: Results): Previous {
-  const baseline = results.rows.filter((r) => r.baseline === 'baseline').map((r) => r.baseline_rps);
-  const runs = results.runs.filter((r) => r.name === 'baseline').map((r) => Math.round(r.rps));
-  return {
-    date: results.date,
-    commit: results.commit,
-    machine: `${results.machine.cpu}, ${results.machine.cores} cores`,
-    // The upper middle for an even count, as in every record so far.
-    baseline_rps: [...baseline].sort((a, b) => a - b)[Math.floor(baseline.length / 2)],
-    baseline_rps_range: runs.length < 2 ? undefined : [Math.min(...runs), Math.max(...runs)],
-    ratios: Object.fromEntries(results.rows.map((r) => [r.name, r.ratio])),
-    overhead_us_per_call: results.overhead_us_per_call,
-  };
-}
-
-/** Commands the client sent per request (the handler's INCR left out), and those run inside scripts. */
-export function redisCommands(calls: Record<string, number>): { sent: number; inScripts: number } {
-  const scripted = (calls.evalsha ?? 0) + (calls.eval ?? 0) > 0;
-  let sent = 0;
-  let inScripts = 0;
-  for (const [cmd, n] of Object.entries(calls)) {
-    if (cmd === 'incr') continue;
-    if (!scripted || cmd === 'evalsha' || cmd === 'eval') sent += n;
-    else inScripts += n;
-  }
-  return { sent: Math.round(sent * 100) / 100, inScripts: Math.round(inScripts * 100) / 100 };
-}
-
-/** CPU per request of every process a request touches, at saturation: the variant's and its baselines'. */
-export function allCpu(r: Row): { variant: number; baseline: number } {
-  return {
-    variant: r.server_cpu_us_per_req + r.load_cpu_us_per_req + r.redis_cpu_us_per_req + r.postgres_cpu_us_per_req,
-    baseline:
-      r.baseline_server_cpu_us_per_req +
-      r.baseline_load_cpu_us_per_req +
-      r.baseline_redis_cpu_us_per_req +
-      r.baseline_postgres_cpu_us_per_req,
-  };
-}
-
-const fmt = (n: number) => n.toLocaleString('en-US');
-const ms = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(1));
-/** µs with as many decimals as a figure from 1 µs to 100 ms needs. */
-const us = (n: number) => (n < 10 ? n.toFixed(2) : n < 1000 ? n.toFixed(1) : fmt(Math.round(n)));
-/** The lowest and highest of `xs`: rounded, with thousands separators, or with `digits` decimals. */
-const range = (xs: number[], digits = 0) => {
-  const show = (n: number) => (digits === 0 ? fmt(Math.round(n)) : n.toFixed(digits));
-  return `${show(Math.min(...xs))}-${show(Math.max(...xs))}`;
-};
-const errors = (n: number) => (n > 0 ? ` ⚠ ${n} errors` : '');
-
-/** A Markdown table; `align` has one letter per column, `l` or `r`. */
-function table(head: string[], align: string, rows: (string | number)[][]): string {
-  const rule = [...align].map((a) => (a === 'r' ? '---:' : '---'));
-  return [head, rule, ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
-}
+import { allCpu, type Latency, type Row, redisCommands } from './aggregate.js';
+import { errors, fmt, ms, range, table } from './markdown.js';
+import { fingerprintTable, growthTable, inProcessTable, storeTables } from './report-costs.js';
+import { type Results, summaryOf } from './results.js';
 
 /** A row's name, and its baseline's when that is not the bare tRPC procedure (a peer's own, the store without an option). */
 const variantName = (r: { name: string; baseline: string }) =>
@@ -269,111 +127,6 @@ function profileTables(profiles: Results['profiles']): string {
   return out.join('\n');
 }
 
-/** The fingerprint against the parse of its body, per shape (bench/fingerprint.ts). */
-export function fingerprintTable(cost: FingerprintCost): string {
-  return table(
-    ['Shape', 'Body', 'Body bytes', 'Parse µs', 'Fingerprint µs', 'Fingerprint / parse (rounds)'],
-    'llrrrr',
-    cost.rows.map((r) => [
-      r.shape,
-      r.transport,
-      fmt(r.body_bytes),
-      us(r.parse_us),
-      `${us(r.fingerprint_us)}${r.refused ? ' (refusal)' : ''}`,
-      `**${r.ratio.toFixed(2)}**${r.ratios.length < 2 ? '' : ` (${range(r.ratios, 2)})`}`,
-    ]),
-  );
-}
-
-function storeTables(results: Results): string {
-  const { redis, postgres } = results.store_cost;
-  const scripts = (calls: Record<string, number>) =>
-    Object.entries(calls)
-      .map(([cmd, n]) => `${cmd} ${Math.round(n * 100) / 100}`)
-      .join(', ');
-  const pgWait = (ms: number) => postgres.waits.find((wait) => wait.ms === ms)?.statements ?? 'not measured';
-  return [
-    table(
-      [
-        '',
-        'First execution',
-        'Replay',
-        'In-flight rejection',
-        ...redis.waits.map((wait) => `Waiting duplicate (${fmt(wait.ms)} ms)`),
-      ],
-      `lrrr${'r'.repeat(redis.waits.length)}`,
-      [
-        ['Redis commands sent (EVALSHA)', redis.first, redis.replay, redis.reject, ...redis.waits.map((w) => w.sent)],
-        [
-          'Run inside the scripts',
-          ...[redis.first_in_scripts, redis.replay_in_scripts, redis.reject_in_scripts].map(scripts),
-          ...redis.waits.map((wait) => scripts(wait.in_scripts)),
-        ],
-        [
-          'PostgreSQL statements (round trips)',
-          postgres.first,
-          postgres.replay,
-          postgres.reject,
-          ...redis.waits.map((wait) => pgWait(wait.ms)),
-        ],
-      ],
-    ),
-    '',
-    table(['Redis bytes per completed record', 'Bytes'], 'lr', [
-      [`\`MEMORY USAGE\`, ${redis.body_bytes}-byte result`, redis.memory_usage_bytes],
-      ['`used_memory` growth per record over 10,000', redis.used_memory_bytes_per_record],
-      ...Object.entries(results.peer_redis_bytes_per_record).map(([name, n]) => [
-        `left by the HTTP runs: ${name} (\`MEMORY USAGE\`, sampled)`,
-        n,
-      ]),
-    ]),
-  ].join('\n');
-}
-
-function inProcessTable(results: Results): string {
-  const o = results.overhead;
-  return table(['In process (mitata, server-side caller, memory store, medians)', 'µs per call'], 'lr', [
-    ['without the layer', o.baseline_us.toFixed(1)],
-    ['with it, a fresh key per call', o.idempotent_us.toFixed(1)],
-    ['**added by a first execution**', `**${results.overhead_us_per_call}**`],
-    ['added by a replay (the same key every call)', o.replay_overhead_us_per_call.toFixed(1)],
-    [
-      'added by the least a layer does (`minimalLayer`, bench/lib/inprocess.ts)',
-      o.minimal_overhead_us_per_call.toFixed(1),
-    ],
-    ["the input's fingerprint (canonical form and SHA-256)", o.fingerprint_us.toFixed(2)],
-  ]);
-}
-
-function growthTable(results: Results): string {
-  const { redis, postgres } = results.growth;
-  const p = results.purge;
-  const row = (store: string, g: Growth) => [
-    store,
-    fmt(g.empty_rps),
-    fmt(g.full_rps),
-    g.ratio.toFixed(2),
-    `${ms(g.empty_p99_ms)} / ${ms(g.full_p99_ms)}`,
-  ];
-  return [
-    table(
-      [
-        'First executions',
-        'Empty store req/s',
-        `With ${fmt(redis.records)} live records`,
-        'Ratio',
-        'p99 ms empty / full',
-      ],
-      'lrrrl',
-      [row('Redis', redis), row('PostgreSQL', postgres)],
-    ),
-    '',
-    table(['`purgeExpired()`', 'Rows', 'Batch', 'Seconds', 'Rows/s'], 'lrrrr', [
-      ['expired rows', fmt(p.deleted), fmt(p.batch_size), p.seconds, fmt(p.rows_per_second)],
-    ]),
-  ].join('\n');
-}
-
 /** This record beside the previous one: the machine, the baseline's speed and every ratio. */
 function sinceLast(results: Results): string {
   const prev = results.previous;
@@ -458,8 +211,21 @@ const METHOD = (results: Results) => `## Method
 - What each variant is (the *floor* rows, the peers) and why the figures are what they are: docs/performance.md and
   bench/profile-*.md.`;
 
-export function renderTable(results: Results): string {
-  return saturationTable(results.rows);
+export const renderTable = saturationTable;
+export const renderLatency = latencyTable;
+
+/** How far the saturation figures move with the host: context for the counted figures, not a measure of the layer. */
+function saturationNoise(results: Results): string {
+  const baseline = results.runs.filter((r) => r.name === 'baseline').map((r) => r.rps);
+  const spread = (r: Row) => Math.max(...r.ratios) - Math.min(...r.ratios);
+  const widest = results.rows.reduce<Row | undefined>(
+    (w, r) => (w === undefined || spread(r) > spread(w) ? r : w),
+    undefined,
+  );
+  return `Context: throughput on ${results.machine.cores} shared cores moves with the host. The work each layer adds is counted in
+[INSTRUCTIONS.md](INSTRUCTIONS.md) (\`npm run bench:instructions\`), which repeats from run to run. Noise in this run:${
+    baseline.length < 2 ? '' : ` the tRPC baseline's runs served ${range(baseline)} req/s;`
+  }${widest === undefined ? '' : ` a row's ratio moved by up to ${spread(widest).toFixed(2)} from one round to the next (${widest.name}).`}`;
 }
 
 export function renderMarkdown(results: Results): string {
@@ -472,6 +238,8 @@ ${conditions(results)}
 ${METHOD(results)}
 
 ## Saturation
+
+${saturationNoise(results)}
 
 ${saturationTable(results.rows)}
 

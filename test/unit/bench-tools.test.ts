@@ -9,26 +9,24 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { checkBars } from '../../bench/bars.js';
 import {
+  allCpu,
   fixedRateRow,
   growthRow,
   type PacedRun,
   type Pair,
   type Row,
   type Run,
+  redisCommands,
   type Step,
   saturationRow,
 } from '../../bench/lib/aggregate.js';
+import { type CountedRow, parseCounted, renderCounted } from '../../bench/lib/counted.js';
 import { summarisePerfScript } from '../../bench/lib/perf.js';
-import {
-  allCpu,
-  type FingerprintCost,
-  fingerprintTable,
-  previousOf,
-  type Results,
-  redisCommands,
-  renderMarkdown,
-} from '../../bench/lib/report.js';
+import { renderMarkdown } from '../../bench/lib/report.js';
+import { fingerprintTable } from '../../bench/lib/report-costs.js';
+import { type FingerprintCost, previousOf, type Results } from '../../bench/lib/results.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -359,3 +357,63 @@ function resultsOf(): Results {
     duration_s: 60,
   };
 }
+
+describe('the counted table (bench/INSTRUCTIONS.md) and the bars read from its cells', () => {
+  const counted = (row: string, baseline: string, node_no_jit_added: number, redis_added = 0): CountedRow => ({
+    row,
+    baseline,
+    node: 1_200_000 + node_no_jit_added,
+    node_added: node_no_jit_added + 10_000,
+    node_no_gc: 1_100_000 + node_no_jit_added,
+    node_no_gc_added: node_no_jit_added + 5_000,
+    node_no_jit: 1_000_000 + node_no_jit_added,
+    node_no_jit_added,
+    redis: 5_000 + redis_added,
+    redis_added,
+    postgres_cpu_us: 0,
+  });
+  // The figures issue 37 quotes (ioredis), and the same on node-redis.
+  const rows = ['', '-node-redis'].flatMap((s) => [
+    counted(`redis${s}-first`, 'baseline', 252_000, 70_000),
+    counted(`redis${s}-replay`, 'baseline', 97_000, 20_000),
+    counted(`node-idempotency${s}-first`, 'baseline', 200_000, 6_000),
+    counted(`node-idempotency${s}-replay`, 'baseline', 28_000, 1_000),
+    counted(`powertools${s}-first`, 'baseline', 274_000, 7_000),
+    counted(`powertools${s}-replay`, 'baseline', 339_000, 1_000),
+  ]);
+  rows.push(counted('memory-first', 'baseline', 101_000), {
+    ...counted('memory-replay', 'baseline', 58_000),
+    postgres_cpu_us: 12.25,
+  });
+
+  it('reads back what it writes, whatever prose is around it', () => {
+    const markdown = `# Counted\n\nSome prose | with a bar.\n\n${renderCounted(rows)}\n\nMore prose.\n`;
+    const read = parseCounted(markdown);
+    expect(read.get('redis-first')).toEqual(rows[0]);
+    expect(read.get('memory-replay')?.postgres_cpu_us).toBe(12.3);
+    expect(renderCounted(rows)).toContain(
+      '| redis-first | baseline | 1,452,000 | 262,000 | 1,352,000 | 257,000 | 1,252,000 | 252,000 | 75,000 | 70,000 | 0.0 |',
+    );
+    expect(() => parseCounted('| row | baseline |\n| --- | --- |\n')).toThrow(/no counted table/);
+  });
+
+  it('checks each bar against the cells, and says by how much one is not met', () => {
+    const bars = checkBars(parseCounted(renderCounted(rows)));
+    const first = bars.find((b) => b.bar.startsWith('Redis first execution (ioredis): Node'))!;
+    expect(first).toMatchObject({
+      met: false,
+      measured: '252,000; @node-idempotency 200,000, Powertools 274,000: 52,000 over',
+    });
+    expect(bars.find((b) => b.bar.startsWith('Redis replay (ioredis)'))).toMatchObject({ met: false });
+    expect(bars.find((b) => b.bar.startsWith('Memory replay'))).toMatchObject({
+      met: false,
+      measured: expect.stringContaining('18,000 over'),
+    });
+    // A row the table lacks fails its bar, named.
+    const partial = parseCounted(renderCounted(rows.filter((r) => r.row !== 'powertools-first')));
+    expect(checkBars(partial)[0]).toMatchObject({
+      met: false,
+      measured: 'the counted table has no row powertools-first',
+    });
+  });
+});
