@@ -99,17 +99,19 @@ describe.each(live.stores)('steps on the $name store', ({ make: makeStore }) => 
     void pay();
     await expect.poll(() => runs.reserve).toBe(1);
     stall = false;
-    // 409 while the stalled claim lives, then the retry that takes it over.
+    // 409 while the stalled claim lives, then the retry that takes it over and finishes. On a loaded
+    // machine the takeover's completion may outlast storeTimeout (an error to that caller, the outcome
+    // stored all the same), and the next retry replays it: the runs below tell that the charge ran once.
     await expect
       .poll(
         () =>
           pay().then(
-            (r) => `${r.value} replayed=${r.replayed}`,
+            (r) => `${r.value}`,
             (e: Error) => e.message,
           ),
-        { timeout: 5_000 },
+        { timeout: 15_000 },
       )
-      .toBe('done replayed=false');
+      .toBe('done');
     expect(runs).toEqual({ reserve: 1, charge: 1 });
   });
 

@@ -85,9 +85,9 @@ describe('purgeExpired on MySQL', () => {
       body: 'kept',
       ttl: 60_000,
     });
-    for (let i = 0; i < 5; i++)
-      await store.claim({ id: `${p}:stale-${i}`, fingerprint: 'fp', token: 's', lockTtl: 100 });
-    await store.saveStep!({
+    // stale-0's claim lives until its step is saved (the save, right after it, is checked)
+    await store.claim({ id: `${p}:stale-0`, fingerprint: 'fp', token: 's', lockTtl: 400 });
+    const saved = await store.saveStep!({
       id: `${p}:stale-0`,
       token: 's',
       fingerprint: 'fp',
@@ -95,9 +95,12 @@ describe('purgeExpired on MySQL', () => {
       name: 'a',
       body: '1',
       ttl: 100,
-      lockTtl: 100,
+      lockTtl: 400,
     });
-    await sleep(250); // real time: the server's clock must pass the 100 ms expiries
+    expect(saved).toBe('stored');
+    for (let i = 1; i < 5; i++)
+      await store.claim({ id: `${p}:stale-${i}`, fingerprint: 'fp', token: 's', lockTtl: 100 });
+    await sleep(450); // real time: the server's clock must pass the 100 and 400 ms expiries
     const before = await my.pool.query(
       'select count(*) as n from idempotency_keys where expires_at <= utc_timestamp(3)',
     );

@@ -226,7 +226,8 @@ describe(`${N} duplicates waiting on one key (Redis)`, () => {
     expect(spent.hset ?? 0).toBeLessThanOrEqual(5);
     // Its claim, its claim once it listens, a check when the holder's claim expires unless renewed (and
     // one more for a renewal the holder made before it crashed, after the waiter's claim), the final read.
-    expect(perWaiter).toBeLessThanOrEqual(5);
+    // One renewal may land between the count above and the disconnect (a loaded machine): 1 / N more.
+    expect(perWaiter).toBeLessThanOrEqual(5 + 1 / N);
     never.open();
     await holder;
   });
