@@ -6,6 +6,8 @@ export default defineConfig({
     include: ['test/e2e/**/*.test.ts'],
     testTimeout: 120_000,
     hookTimeout: 120_000,
-    fileParallelism: false,
+    // Two files at a time: they wait on instances, a card provider and a browser, each on a port the
+    // kernel gave (PORT=0), with a PostgreSQL schema and a Redis prefix of their own.
+    maxWorkers: 2,
   },
 });

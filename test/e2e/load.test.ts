@@ -1,5 +1,5 @@
 /**
- * Load on two instances sharing Redis: 50 requests per second for 20 s, 30%
+ * Load on two instances sharing Redis: 100 requests per second for 10 s, 30%
  * of them reusing an earlier key, alternating instances.
  */
 import { randomUUID } from 'node:crypto';
@@ -8,8 +8,8 @@ import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { connectRedis, deleteByPrefix, uniquePrefix } from '../helpers/redis.js';
 import { type Answer, type Instance, pay, startInstance } from './helpers.js';
 
-const RATE = 50;
-const SECONDS = 20;
+const RATE = 100;
+const SECONDS = 10;
 const DUPLICATES = 0.3;
 
 const redis = connectRedis();

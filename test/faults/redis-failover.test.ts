@@ -77,7 +77,7 @@ const DURABLE: NonNullable<RedisStoreOptions['waitForReplicas']> = { replicas: 1
 /** Per topology: a lossy trial loses ~10 keys (Sentinel) or ~3 (Cluster, one master of three); a durable one sends ~800 keys. */
 const TRIALS = {
   lossy: Number(process.env.FAILOVER_LOSSY_TRIALS ?? 1),
-  durable: Number(process.env.FAILOVER_TRIALS ?? 3),
+  durable: Number(process.env.FAILOVER_TRIALS ?? 2),
 };
 
 /** What a topology gives a trial. */
