@@ -7,6 +7,9 @@
  * Debian's Chromium (headless, driven by playwright-core) clicks Pay.
  *
  * Executions are counted by the app's own `payment.stats` query, never by timing.
+ *
+ * One file per variant (t3-react-query.test.ts, t3-tanstack.test.ts), so that the two
+ * apps are generated and built on two workers.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,41 +18,14 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page, Request } from 'playwright-core';
 import SuperJSON, { type SuperJSONResult } from 'superjson';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { launchChromium } from '../helpers/browser.js';
-import { REPO } from './pack.js';
-import { createT3App, type T3App, type Timings } from './t3/app.js';
-import { VARIANTS } from './t3/changes.js';
-import { checkSnippets, DOC, snippets } from './t3/docs.js';
+import { launchChromium } from '../../helpers/browser.js';
+import { REPO } from '../pack.js';
+import { createT3App, type T3App, type Timings } from './app.js';
+import { VARIANTS, type VariantName } from './changes.js';
+import { checkSnippets, DOC, snippets } from './docs.js';
 
 const artifacts = join(REPO, 'test-artifacts');
 const SETTLE = { timeout: 30_000, interval: 100 };
-
-let workDir: string;
-let tgz: string;
-let packMs = 0;
-let browser: Browser | undefined;
-const report: Record<string, Timings & { versions: Record<string, string> }> = {};
-
-beforeAll(async () => {
-  mkdirSync(artifacts, { recursive: true });
-  workDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-t3-'));
-  tgz = inject('tgz');
-  packMs = inject('packMs');
-  browser = await launchChromium();
-}, 300_000);
-
-afterAll(async () => {
-  await browser?.close();
-  const lines = Object.entries(report).map(([name, t]) => {
-    const total = t.generate + t.install + t.installLibrary + t.build + t.start + (t.test ?? 0);
-    return `${name}: generate ${s(t.generate)}, npm install ${s(t.install)}, npm install <tgz> ${s(t.installLibrary)}, next build ${s(t.build)}, next start ${s(t.start)}, browser tests ${s(t.test ?? 0)}; total ${s(total)}`;
-  });
-  const pack = packMs === 0 ? 'given (TRPC_IDEMPOTENCY_TGZ)' : s(packMs);
-  const summary = [`build + pack of the library: ${pack}`, ...lines].join('\n');
-  console.log(`[t3] timings\n${summary}`);
-  writeFileSync(join(artifacts, 't3-timings.json'), `${JSON.stringify({ packMs, variants: report }, null, 2)}\n`);
-  if (workDir !== undefined && process.env.KEEP_T3_APPS !== '1') rmSync(workDir, { recursive: true, force: true });
-}, 60_000);
 
 function s(ms: number): string {
   return `${(ms / 1000).toFixed(1)} s`;
@@ -110,9 +86,41 @@ function shown(page: Page, list: 'answers' | 'batch'): Promise<ShownAnswer[]> {
   );
 }
 
-for (const variant of VARIANTS) {
+/** The suite of one variant (docs/create-t3-app.md), for its own test file. */
+export function describeT3App(name: VariantName): void {
+  let workDir: string;
+  let tgz: string;
+  let packMs = 0;
+  let browser: Browser | undefined;
+  const report: Record<string, Timings & { versions: Record<string, string> }> = {};
+
+  beforeAll(async () => {
+    mkdirSync(artifacts, { recursive: true });
+    workDir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-t3-'));
+    tgz = inject('tgz');
+    packMs = inject('packMs');
+    browser = await launchChromium();
+  }, 300_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    const lines = Object.entries(report).map(([variantName, t]) => {
+      const total = t.generate + t.install + t.installLibrary + t.build + t.start + (t.test ?? 0);
+      return `${variantName}: generate ${s(t.generate)}, npm install ${s(t.install)}, npm install <tgz> ${s(t.installLibrary)}, next build ${s(t.build)}, next start ${s(t.start)}, browser tests ${s(t.test ?? 0)}; total ${s(total)}`;
+    });
+    const pack = packMs === 0 ? 'given (TRPC_IDEMPOTENCY_TGZ)' : s(packMs);
+    const summary = [`build + pack of the library: ${pack}`, ...lines].join('\n');
+    console.log(`[t3] timings\n${summary}`);
+    writeFileSync(
+      join(artifacts, `t3-timings-${name}.json`),
+      `${JSON.stringify({ packMs, variants: report }, null, 2)}\n`,
+    );
+    if (workDir !== undefined && process.env.KEEP_T3_APPS !== '1') rmSync(workDir, { recursive: true, force: true });
+  }, 60_000);
+
+  const variant = VARIANTS.find((v) => v.name === name)!;
   const trpcVersion = variant.dependencies['@trpc/server']!;
-  const reactPackage = Object.keys(variant.dependencies).find((name) => name.includes('react'))!;
+  const reactPackage = Object.keys(variant.dependencies).find((dependency) => dependency.includes('react'))!;
 
   describe(`create-t3-app with ${reactPackage} and tRPC ${trpcVersion}`, () => {
     let app: T3App;
