@@ -20,6 +20,12 @@ import { drizzleAdmin } from './admin.js';
 import { isConflict, isPreparedStatementMiss, sanitize } from './driver-errors.js';
 import { type AnyMySqlDatabase, isMySqlDatabase, type MySqlDrizzleStore, mysqlDrizzleStore } from './mysql/store.js';
 import {
+  type AnySQLiteDatabase,
+  isSQLiteDatabase,
+  type SQLiteDrizzleStore,
+  sqliteDrizzleStore,
+} from './sqlite/store.js';
+import {
   CLAIM,
   COMPLETE,
   COMPLETE_CLEARING_STEPS,
@@ -42,11 +48,12 @@ type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 /** The transaction type of a Drizzle database. */
 export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
-export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabase> {
+export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabase | AnySQLiteDatabase> {
   /**
    * Your Drizzle PostgreSQL database, on any driver (node-postgres,
    * postgres-js, PGlite...), or your MySQL/MariaDB database on mysql2 (a pool,
-   * or one connection). The store runs its statements on it and never
+   * or one connection), or your SQLite database (better-sqlite3, or libSQL on
+   * a file). The store runs its statements on it and never
    * closes it. The `idempotency_keys` table must exist (see the migrations).
    */
   db: TDb;
@@ -95,8 +102,9 @@ const CONFLICT_ATTEMPTS = 10;
 type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown> };
 
 /**
- * A store on your Drizzle database: PostgreSQL (see below) or MySQL/MariaDB
- * (see mysql/store.ts), told apart by the database's Drizzle class.
+ * A store on your Drizzle database: PostgreSQL (see below), MySQL/MariaDB
+ * (see mysql/store.ts) or SQLite (see sqlite/store.ts), told apart by the
+ * database's Drizzle class.
  *
  * On PostgreSQL each transition is one statement, so a first execution costs
  * 2 round trips (claim, complete) and a replay or an in-flight rejection 1.
@@ -104,12 +112,15 @@ type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown
  * store its outcome in one transaction.
  */
 export function drizzleStore<TDb extends AnyMySqlDatabase>(options: DrizzleStoreOptions<TDb>): MySqlDrizzleStore<TDb>;
+export function drizzleStore<TDb extends AnySQLiteDatabase>(options: DrizzleStoreOptions<TDb>): SQLiteDrizzleStore<TDb>;
 export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb>;
 export function drizzleStore(
-  options: DrizzleStoreOptions<AnyPgDatabase | AnyMySqlDatabase>,
-): DrizzleStore<AnyPgDatabase> | MySqlDrizzleStore<AnyMySqlDatabase> {
+  options: DrizzleStoreOptions<AnyPgDatabase | AnyMySqlDatabase | AnySQLiteDatabase>,
+): DrizzleStore<AnyPgDatabase> | MySqlDrizzleStore<AnyMySqlDatabase> | SQLiteDrizzleStore<AnySQLiteDatabase> {
   const db = options?.db;
-  return isMySqlDatabase(db) ? mysqlDrizzleStore(db) : postgresStore(db as AnyPgDatabase);
+  if (isMySqlDatabase(db)) return mysqlDrizzleStore(db);
+  if (isSQLiteDatabase(db)) return sqliteDrizzleStore(db);
+  return postgresStore(db as AnyPgDatabase);
 }
 
 function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
@@ -122,7 +133,7 @@ function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
     typeof (db as AnyPgDatabase)._?.session?.prepareQuery !== 'function'
   ) {
     throw new IdempotencyConfigError(
-      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...) or MySQL database (drizzle(mysql2Pool)).',
+      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...), MySQL database (drizzle(mysql2Pool)) or SQLite database (drizzle(betterSqlite3), drizzle(libsqlClient)).',
     );
   }
 
