@@ -46,7 +46,7 @@ describe('transactional mode on libSQL', () => {
   async function client() {
     const store = drizzleStore({ db: file.libsql() });
     // what the store answered to each save of a step (the engine reports a failed save as step_unrecorded)
-    const saveStep = store.saveStep.bind(store);
+    const saveStep = store.saveStep!.bind(store);
     store.saveStep = (input) =>
       saveStep(input).catch((error: unknown) => {
         refused.push(error);
@@ -175,7 +175,7 @@ describe('the SQLite store on better-sqlite3', () => {
     for (let i = 0; i < 5; i++) {
       const id = `:purge:${randomUUID()}`;
       await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 1 });
-      await store.saveStep({ id, token: 't', fingerprint: 'fp', index: 0, name: 's', body: '1', ttl: 1, lockTtl: 1 });
+      await store.saveStep!({ id, token: 't', fingerprint: 'fp', index: 0, name: 's', body: '1', ttl: 1, lockTtl: 1 });
     }
     await new Promise((resolve) => setTimeout(resolve, 5));
     expect(await store.purgeExpired({ batchSize: 2 })).toBeGreaterThanOrEqual(5);
