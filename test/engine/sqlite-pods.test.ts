@@ -45,7 +45,11 @@ describe('three processes sharing a SQLite file', () => {
         Array.from({ length: 60 }, (_, i) => pay(pods[i % 3]!.url, key, { amount: 100, holdMs: 30 })),
       );
       // 409: in flight. 503: the write lock not had within storeTimeout (fail-closed). Neither runs the charge.
-      expect(results.filter((r) => r.status !== 200 && r.status !== 409 && r.status !== 503).map((r) => JSON.stringify(r).slice(0, 600))).toEqual([]);
+      expect(
+        results
+          .filter((r) => r.status !== 200 && r.status !== 409 && r.status !== 503)
+          .map((r) => JSON.stringify(r).slice(0, 600)),
+      ).toEqual([]);
       const ok = results.filter((r) => r.status === 200);
       expect(rowsFor(key)).toBeLessThanOrEqual(1);
       if (ok.length === 0) {

@@ -118,7 +118,10 @@ describe('transactional mode on libSQL', () => {
       .toBe(0);
     let plainDone = false;
     const other = randomUUID();
-    const plain = c.plain.mutate({ key: other }, { context: { key: other } }).then((r) => ((plainDone = true), r));
+    const plain = c.plain.mutate({ key: other }, { context: { key: other } }).then((r) => {
+      plainDone = true;
+      return r;
+    });
     // The other request's claim reached the store, and waits there for the transaction (had it waited on the
     // file's lock instead, it would block this process, this poll included, until busy_timeout, then fail).
     await expect.poll(() => claimed.some((id) => id.endsWith(other))).toBe(true);

@@ -1,8 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError, storeFailure } from '../../core/idempotency-error.js';
-import { checkWholeNumber } from '../../core/options.js';
-import { currentRun } from '../../core/protected-run.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -19,6 +17,7 @@ import type { StoreAdmin } from '../../core/store-admin.js';
 import { drizzleAdmin } from './admin.js';
 import { isConflict, isPreparedStatementMiss, sanitize } from './driver-errors.js';
 import { type AnyMySqlDatabase, isMySqlDatabase, type MySqlDrizzleStore, mysqlDrizzleStore } from './mysql/store.js';
+import { currentTransaction, type PurgeOptions, purgeInBatches } from './shared.js';
 import {
   type AnySQLiteDatabase,
   isSQLiteDatabase,
@@ -59,18 +58,7 @@ export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabas
   db: TDb;
 }
 
-export interface PurgeOptions {
-  /**
-   * Rows deleted per statement: small batches keep locks and WAL bursts short.
-   * @default 1_000
-   */
-  batchSize?: number;
-  /**
-   * Stop after this many batches (for a job with a time budget).
-   * @default Infinity
-   */
-  maxBatches?: number;
-}
+export type { PurgeOptions };
 
 export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStore {
   readonly name: 'postgresql';
@@ -272,31 +260,13 @@ function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
       );
     },
 
-    transactionOf(_ctx?: object): TransactionOf<TDb> {
-      const tx = currentRun.getStore()?.transaction;
-      if (tx === undefined) {
-        throw new IdempotencyConfigError(
-          'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',
-        );
-      }
-      return tx as TransactionOf<TDb>;
-    },
+    transactionOf: (_ctx?: object) => currentTransaction<TransactionOf<TDb>>(),
 
-    async purgeExpired({
-      batchSize = 1_000,
-      maxBatches = Number.POSITIVE_INFINITY,
-    }: PurgeOptions = {}): Promise<number> {
-      checkWholeNumber(batchSize, 'batchSize', 'purgeExpired', { min: 1 });
-      let total = 0;
-      for (const purge of [PURGE, PURGE_STEPS]) {
-        for (let batch = 0; batch < maxBatches; batch++) {
-          const [row] = await run(db, purge, { batchSize });
-          const n = Number(row?.n ?? 0);
-          total += n;
-          if (n < batchSize) break;
-        }
-      }
-      return total;
-    },
+    purgeExpired: (options?: PurgeOptions) =>
+      purgeInBatches(
+        [PURGE, PURGE_STEPS],
+        async (purge, batchSize) => Number((await run(db, purge, { batchSize }))[0]?.n ?? 0),
+        options,
+      ),
   };
 }

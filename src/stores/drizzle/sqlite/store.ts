@@ -1,7 +1,6 @@
 import { is, sql } from 'drizzle-orm';
 import { BaseSQLiteDatabase, type SQLiteSession } from 'drizzle-orm/sqlite-core';
 import { IdempotencyConfigError, storeFailure } from '../../../core/idempotency-error.js';
-import { checkWholeNumber } from '../../../core/options.js';
 import { currentRun } from '../../../core/protected-run.js';
 import {
   acquiredAnswer,
@@ -27,6 +26,7 @@ import type {
 } from '../../../core/store.js';
 import type { StoreAdmin } from '../../../core/store-admin.js';
 import { sanitize } from '../driver-errors.js';
+import { currentTransaction, type PurgeOptions, purgeInBatches, refusedStep } from '../shared.js';
 import { decodeBody, encodeBody } from '../statements.js';
 import { sqliteAdmin } from './admin.js';
 import { isBusy, isSqliteOutage } from './driver-errors.js';
@@ -54,18 +54,8 @@ export type AnySQLiteDatabase = BaseSQLiteDatabase<'sync' | 'async', any, any, a
 /** The transaction type of a Drizzle SQLite database. */
 export type SQLiteTransactionOf<TDb extends AnySQLiteDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
-export interface SQLitePurgeOptions {
-  /**
-   * Rows deleted per statement (each one write transaction): small batches keep the write lock short.
-   * @default 1_000
-   */
-  batchSize?: number;
-  /**
-   * Stop after this many batches (for a job with a time budget).
-   * @default Infinity
-   */
-  maxBatches?: number;
-}
+/** Rows deleted per statement (each batch one write transaction: small ones keep the write lock short), and batches. */
+export type SQLitePurgeOptions = PurgeOptions;
 
 export interface SQLiteDrizzleStore<TDb extends AnySQLiteDatabase> extends IdempotencyStore {
   readonly name: 'sqlite';
@@ -300,11 +290,12 @@ export function sqliteDrizzleStore<TDb extends AnySQLiteDatabase>(db: TDb): SQLi
       for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
         if ((await rows(SAVE_STEP, values)).some((row) => Number(row.seq) === index)) return 'stored';
         const [row] = await rows(STEP_STATE, { id, token, index });
-        if (Number(row?.held) !== 1) return 'fenced';
-        const n = Number(row?.n);
-        if (index < n) return textOrUndefined(row?.at_name) === name ? 'stored' : 'conflict';
-        if (index > n) return 'conflict';
-        // index === n: the steps changed between the two statements (a concurrent save); read again.
+        const answer = refusedStep(Number(row?.held) === 1, Number(row?.n), textOrUndefined(row?.at_name), {
+          index,
+          name,
+        });
+        // None: the steps changed between the two statements (a concurrent save); read again.
+        if (answer !== undefined) return answer;
       }
       throw storeFailure(
         'contention',
@@ -340,31 +331,14 @@ export function sqliteDrizzleStore<TDb extends AnySQLiteDatabase>(db: TDb): SQLi
       ) as Promise<T>;
     },
 
-    transactionOf(_ctx?: object): SQLiteTransactionOf<TDb> {
-      const tx = currentRun.getStore()?.transaction;
-      if (tx === undefined) {
-        throw new IdempotencyConfigError(
-          'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',
-        );
-      }
-      return tx as SQLiteTransactionOf<TDb>;
-    },
+    transactionOf: (_ctx?: object) => currentTransaction<SQLiteTransactionOf<TDb>>(),
 
-    async purgeExpired({
-      batchSize = 1_000,
-      maxBatches = Number.POSITIVE_INFINITY,
-    }: SQLitePurgeOptions = {}): Promise<number> {
-      checkWholeNumber(batchSize, 'batchSize', 'purgeExpired', { min: 1 });
-      let total = 0;
-      for (const purge of [PURGE, PURGE_STEPS]) {
-        for (let batch = 0; batch < maxBatches; batch++) {
-          const n = (await run(purge, { batchSize })).affected;
-          total += n;
-          if (n < batchSize) break;
-        }
-      }
-      return total;
-    },
+    purgeExpired: (options?: SQLitePurgeOptions) =>
+      purgeInBatches(
+        [PURGE, PURGE_STEPS],
+        async (purge, batchSize) => (await run(purge, { batchSize })).affected,
+        options,
+      ),
   };
 }
 
