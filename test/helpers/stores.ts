@@ -18,6 +18,7 @@ import { isolatedDatabase, type MysqlDatabase } from './mysql.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema, pgliteDb, poolAtIsolation } from './postgres.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, uniquePrefix } from './redis.js';
 import { type PrivateCluster, type PrivateRedis, startPrivateCluster, startPrivateRedis } from './redis-server.js';
+import { type SqliteFile, sqliteFile } from './sqlite.js';
 
 export type StoreKind =
   | 'memory'
@@ -51,7 +52,10 @@ export type StoreKind =
   | 'PGlite'
   /** MariaDB (MYSQL_URL) through mysql2: a pool, and one connection serving every call. */
   | 'mariadb'
-  | 'mariadb, single connection';
+  | 'mariadb, single connection'
+  /** A SQLite file of the test file's own (WAL, busy_timeout 5 s), through better-sqlite3 and through libSQL (file: URL). */
+  | 'sqlite (better-sqlite3)'
+  | 'sqlite (libsql)';
 
 export interface LiveStore {
   /** The kind, as test names show it. */
@@ -73,6 +77,8 @@ export interface LiveStores {
   postgres(): PgSchema;
   /** The MySQL/MariaDB database of the mariadb kinds (after beforeAll; only when one was asked for). */
   mysql(): MysqlDatabase;
+  /** The SQLite file of the sqlite kinds (after beforeAll; only when one was asked for). */
+  sqlite(): SqliteFile;
   /** A new store of `kind`, one of those asked for. */
   store(kind: StoreKind): IdempotencyStore;
   /** The client of the redis cluster kind (after beforeAll; only when a cluster kind was asked for). */
@@ -93,6 +99,9 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
   let schema: PgSchema | undefined;
   let mysqlDb: MysqlDatabase | undefined;
   let mysqlSingle: Awaited<ReturnType<MysqlDatabase['single']>> | undefined;
+  let sqlite: SqliteFile | undefined;
+  let sqliteBetter: ReturnType<SqliteFile['better']> | undefined;
+  let sqliteLibsql: ReturnType<SqliteFile['libsql']> | undefined;
   let lite: Awaited<ReturnType<typeof pgliteDb>> | undefined;
   let cluster: PrivateCluster | undefined;
   let replicatedCluster: PrivateCluster | undefined;
@@ -114,7 +123,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
       'postgres, postgres.js',
       'postgres, postgres.js, prepare: false',
     ] as const;
-    [schema, lite, cluster, replicatedCluster, mysqlDb] = await Promise.all([
+    [schema, lite, cluster, replicatedCluster, mysqlDb, sqlite] = await Promise.all([
       wants(...pgKinds) ? isolatedSchema(label.replaceAll('-', '_')) : undefined,
       wants('PGlite') ? pgliteDb() : undefined,
       wants(
@@ -127,7 +136,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         : undefined,
       wants('redis cluster, replicas acknowledged') ? startPrivateCluster(3, 1) : undefined,
       wants('mariadb', 'mariadb, single connection') ? isolatedDatabase(label) : undefined,
+      wants('sqlite (better-sqlite3)', 'sqlite (libsql)') ? sqliteFile(label) : undefined,
     ]);
+    if (wants('sqlite (better-sqlite3)')) sqliteBetter = sqlite!.better();
+    if (wants('sqlite (libsql)')) sqliteLibsql = sqlite!.libsql();
     if (wants('mariadb, single connection')) mysqlSingle = await mysqlDb!.single();
     if (wants('redis, restart fence')) await fenced().initialize();
     if (wants('redis cluster, restart fence')) await clusterFenced().initialize();
@@ -174,6 +186,7 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     await Promise.all([
       schema?.drop(),
       mysqlDb?.drop(),
+      sqlite?.drop(),
       lite?.close(),
       cluster?.stop(),
       replicatedCluster?.stop(),
@@ -268,6 +281,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
         return drizzleStore({ db: mysqlDb!.db });
       case 'mariadb, single connection':
         return drizzleStore({ db: mysqlSingle! });
+      case 'sqlite (better-sqlite3)':
+        return drizzleStore({ db: sqliteBetter! });
+      case 'sqlite (libsql)':
+        return drizzleStore({ db: sqliteLibsql! });
     }
   };
   return {
@@ -293,6 +310,10 @@ export function liveStores(label: string, kinds: readonly StoreKind[]): LiveStor
     mysql: () => {
       if (mysqlDb === undefined) throw new Error('no mariadb kind was asked for, or beforeAll has not run');
       return mysqlDb;
+    },
+    sqlite: () => {
+      if (sqlite === undefined) throw new Error('no sqlite kind was asked for, or beforeAll has not run');
+      return sqlite;
     },
     cluster: () => {
       if (cluster === undefined) throw new Error('no redis cluster kind was asked for, or beforeAll has not run');

@@ -12,11 +12,14 @@ import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { describe, expect, it } from 'vitest';
 import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle/embedded-migrations.js';
 import { MYSQL_MIGRATIONS } from '../../src/stores/drizzle/mysql/embedded-migrations.js';
+import { SQLITE_MIGRATIONS } from '../../src/stores/drizzle/sqlite/embedded-migrations.js';
 import { MIGRATIONS } from '../helpers/postgres.js';
 
 const MODULE = fileURLToPath(new URL('../../src/stores/drizzle/embedded-migrations.ts', import.meta.url));
 const MYSQL_MODULE = fileURLToPath(new URL('../../src/stores/drizzle/mysql/embedded-migrations.ts', import.meta.url));
 const MYSQL_FOLDER = join(MIGRATIONS, 'mysql');
+const SQLITE_MODULE = fileURLToPath(new URL('../../src/stores/drizzle/sqlite/embedded-migrations.ts', import.meta.url));
+const SQLITE_FOLDER = join(MIGRATIONS, 'sqlite');
 
 /** drizzle/ (or drizzle/mysql/) as Drizzle's migrator reads it, with each entry's tag from the journal. */
 function folder(MIGRATIONS_FOLDER = MIGRATIONS) {
@@ -52,18 +55,21 @@ function entriesOf(migrations: ReturnType<typeof folder>): string[] {
   );
 }
 
-function mysqlModuleText(): string {
-  return `// Generated from drizzle/mysql/ (meta/_journal.json and each migration's SQL file): do not edit. After
-// drizzle-kit generates a migration (npx drizzle-kit generate --config drizzle-mysql.config.ts), write it again with
+/** A dialect's module (mysql/, sqlite/): its migrations as PackageMigration entries. */
+function dialectModuleText(dialect: 'mysql' | 'sqlite', name: string, constant: string): string {
+  return `// Generated from drizzle/${dialect}/ (meta/_journal.json and each migration's SQL file): do not edit. After
+// drizzle-kit generates a migration (npx drizzle-kit generate --config drizzle-${dialect}.config.ts), write it again with
 // UPDATE_EMBEDDED_MIGRATIONS=1 npx vitest run test/stores/drizzle-migrations-embedded.test.ts
-// (that test fails while this file and drizzle/mysql/ differ).
+// (that test fails while this file and drizzle/${dialect}/ differ).
 import type { PackageMigration } from '../embedded-migrations.js';
 
-/** This package's MySQL/MariaDB migrations, oldest first: what drizzle/mysql/ holds. */
-export const MYSQL_MIGRATIONS: readonly PackageMigration[] = [
-${entriesOf(folder(MYSQL_FOLDER)).join('')}];
+/** This package's ${name} migrations, oldest first: what drizzle/${dialect}/ holds. */
+export const ${constant}: readonly PackageMigration[] = [
+${entriesOf(folder(join(MIGRATIONS, dialect))).join('')}];
 `;
 }
+
+const mysqlModuleText = () => dialectModuleText('mysql', 'MySQL/MariaDB', 'MYSQL_MIGRATIONS');
 
 function moduleText(): string {
   const entries = folder().map(
@@ -120,5 +126,14 @@ describe('the MySQL migrations carried in the code', () => {
   it('begin with both tables in one migration', () => {
     expect(MYSQL_MIGRATIONS[0]?.tag).toBe('0000_idempotency_keys');
     expect(MYSQL_MIGRATIONS[0]?.sql).toMatch(/CREATE TABLE `idempotency_steps`/);
+  });
+});
+
+describe('the SQLite migrations carried in the code', () => {
+  it('are drizzle/sqlite/’s, entry for entry', () => {
+    const text = dialectModuleText('sqlite', 'SQLite', 'SQLITE_MIGRATIONS');
+    if (process.env.UPDATE_EMBEDDED_MIGRATIONS === '1') writeFileSync(SQLITE_MODULE, text);
+    expect(SQLITE_MIGRATIONS.map((m) => ({ ...m }))).toEqual(folder(SQLITE_FOLDER));
+    expect(readFileSync(SQLITE_MODULE, 'utf8')).toBe(text);
   });
 });

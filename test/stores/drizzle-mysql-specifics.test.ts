@@ -274,8 +274,10 @@ describe('migrateIdempotencyKeys on MySQL', () => {
     expectTypeOf(store.transactionOf).returns.toHaveProperty('insert');
   });
 
-  it('a store refuses what is not a Drizzle database, naming both dialects', () => {
-    expect(() => drizzleStore({ db: {} as never })).toThrow(/PostgreSQL database .* or MySQL database/);
+  it('a store refuses what is not a Drizzle database, naming every dialect', () => {
+    expect(() => drizzleStore({ db: {} as never })).toThrow(
+      /PostgreSQL database .*, MySQL database .* or SQLite database/,
+    );
   });
 });
 

@@ -1,5 +1,7 @@
 import { IdempotencyConfigError } from '../../core/idempotency-error.js';
+import { describeValue } from '../../core/options.js';
 import type { PackageMigration } from './embedded-migrations.js';
+import type { MigrateIdempotencyKeysOptions } from './migrate.js';
 
 // A dialect's package migrations and its journal: which to apply, from the code
 // or a folder (see migrateIdempotencyKeys in migrate.ts, and mysql/migrate.ts).
@@ -125,4 +127,42 @@ export function pending(
         : `, before or among this package's own`) +
       `. Nothing was applied. Versions up to 0.2.0, bundled into an application, could apply the application's own drizzle/ migrations and record them here. Check that ${n === 1 ? 'it is' : 'they are'} your application's (applied, and recorded by your own migrator), delete ${them} from this journal (delete from ${journalName} where id in (${foreign.map((f) => f.id).join(', ')})), then call migrateIdempotencyKeys again: it applies this package's migrations that are not recorded.`,
   );
+}
+
+/**
+ * The options of migrateIdempotencyKeys on a dialect whose journal lives in the connection's database (MySQL,
+ * SQLite): `migrationsFolder` and `migrationsTable`, checked.
+ */
+export function journalOptions(
+  options: MigrateIdempotencyKeysOptions,
+  { dialect, maxLength, folder }: { dialect: string; maxLength: number; folder: string },
+): { table: string; migrationsFolder: string | URL | undefined } {
+  if (options === null || typeof options !== 'object') {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: \`options\` must be an object, got ${describeValue(options)}.`,
+    );
+  }
+  const unknown = Object.keys(options).filter((key) => key !== 'migrationsFolder' && key !== 'migrationsTable');
+  if (unknown.length > 0) {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: ${unknown.map((k) => `\`${k}\``).join(', ')} ${unknown.length > 1 ? 'are not options' : 'is not an option'} on ${dialect}; the options are \`migrationsFolder\` and \`migrationsTable\` (the journal lives in the connection's database).`,
+    );
+  }
+  const table = options.migrationsTable ?? '__trpc_idempotency_migrations';
+  if (typeof table !== 'string' || table.length === 0 || table.length > maxLength || table.includes('\0')) {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: \`migrationsTable\` must be a non-empty name without NUL characters, of at most ${maxLength} characters, got ${describeValue(table)}. Leave it out to use '__trpc_idempotency_migrations'.`,
+    );
+  }
+  const { migrationsFolder } = options;
+  if (
+    migrationsFolder !== undefined &&
+    !(typeof migrationsFolder === 'string' && migrationsFolder.length > 0) &&
+    !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')
+  ) {
+    throw new IdempotencyConfigError(
+      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL (this package's ${folder}), got ${describeValue(migrationsFolder)}. Leave it out to apply the migrations carried in this package's code.`,
+    );
+  }
+  return { table, migrationsFolder };
 }

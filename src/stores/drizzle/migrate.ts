@@ -6,6 +6,8 @@ import { PACKAGE_MIGRATIONS } from './embedded-migrations.js';
 import { BREAKPOINT, folderMigrations, pending } from './journal.js';
 import { migrateMysql } from './mysql/migrate.js';
 import { type AnyMySqlDatabase, isMySqlDatabase } from './mysql/store.js';
+import { migrateSqlite } from './sqlite/migrate.js';
+import { type AnySQLiteDatabase, isSQLiteDatabase } from './sqlite/store.js';
 import { rowsOf } from './statements.js';
 
 type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
@@ -97,8 +99,9 @@ const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
  * The table is created in the first schema of the connection's `search_path`.
  *
  * Works on any Drizzle PostgreSQL database with interactive transactions
- * (node-postgres, postgres-js, PGlite...). Pass the database, not a
- * transaction.
+ * (node-postgres, postgres-js, PGlite...), on MySQL/MariaDB (drizzle/mysql/,
+ * under a named lock) and on SQLite (drizzle/sqlite/, in one write
+ * transaction). Pass the database, not a transaction.
  *
  * @example
  * import { migrateIdempotencyKeys } from 'trpc-idempotency/drizzle';
@@ -108,10 +111,11 @@ const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
  * that is not this package's, or a journal that holds other migrations.
  */
 export async function migrateIdempotencyKeys(
-  db: AnyPgDatabase | AnyMySqlDatabase,
+  db: AnyPgDatabase | AnyMySqlDatabase | AnySQLiteDatabase,
   options: MigrateIdempotencyKeysOptions = {},
 ): Promise<MigrateIdempotencyKeysResult> {
   if (isMySqlDatabase(db)) return migrateMysql(db, options);
+  if (isSQLiteDatabase(db)) return migrateSqlite(db, options);
   if (is(db, PgTransaction)) {
     // A nested transaction is a savepoint: it cannot set its isolation level, and the lock would outlive it.
     throw new IdempotencyConfigError(
@@ -120,7 +124,7 @@ export async function migrateIdempotencyKeys(
   }
   if (!is(db, PgDatabase)) {
     throw new IdempotencyConfigError(
-      'migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...) or MySQL database (drizzle(mysql2Pool)).',
+      'migrateIdempotencyKeys: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...), MySQL database (drizzle(mysql2Pool)) or SQLite database (drizzle(betterSqlite3), drizzle(libsqlClient)).',
     );
   }
   if (options === null || typeof options !== 'object') {

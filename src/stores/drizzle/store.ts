@@ -1,8 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { IdempotencyConfigError, storeFailure } from '../../core/idempotency-error.js';
-import { checkWholeNumber } from '../../core/options.js';
-import { currentRun } from '../../core/protected-run.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -19,6 +17,13 @@ import type { StoreAdmin } from '../../core/store-admin.js';
 import { drizzleAdmin } from './admin.js';
 import { isConflict, isPreparedStatementMiss, sanitize } from './driver-errors.js';
 import { type AnyMySqlDatabase, isMySqlDatabase, type MySqlDrizzleStore, mysqlDrizzleStore } from './mysql/store.js';
+import { currentTransaction, type PurgeOptions, purgeInBatches } from './shared.js';
+import {
+  type AnySQLiteDatabase,
+  isSQLiteDatabase,
+  type SQLiteDrizzleStore,
+  sqliteDrizzleStore,
+} from './sqlite/store.js';
 import {
   CLAIM,
   COMPLETE,
@@ -42,28 +47,18 @@ type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 /** The transaction type of a Drizzle database. */
 export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
-export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabase> {
+export interface DrizzleStoreOptions<TDb extends AnyPgDatabase | AnyMySqlDatabase | AnySQLiteDatabase> {
   /**
    * Your Drizzle PostgreSQL database, on any driver (node-postgres,
    * postgres-js, PGlite...), or your MySQL/MariaDB database on mysql2 (a pool,
-   * or one connection). The store runs its statements on it and never
+   * or one connection), or your SQLite database (better-sqlite3, or libSQL on
+   * a file). The store runs its statements on it and never
    * closes it. The `idempotency_keys` table must exist (see the migrations).
    */
   db: TDb;
 }
 
-export interface PurgeOptions {
-  /**
-   * Rows deleted per statement: small batches keep locks and WAL bursts short.
-   * @default 1_000
-   */
-  batchSize?: number;
-  /**
-   * Stop after this many batches (for a job with a time budget).
-   * @default Infinity
-   */
-  maxBatches?: number;
-}
+export type { PurgeOptions };
 
 export interface DrizzleStore<TDb extends AnyPgDatabase> extends IdempotencyStore {
   readonly name: 'postgresql';
@@ -95,8 +90,9 @@ const CONFLICT_ATTEMPTS = 10;
 type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown> };
 
 /**
- * A store on your Drizzle database: PostgreSQL (see below) or MySQL/MariaDB
- * (see mysql/store.ts), told apart by the database's Drizzle class.
+ * A store on your Drizzle database: PostgreSQL (see below), MySQL/MariaDB
+ * (see mysql/store.ts) or SQLite (see sqlite/store.ts), told apart by the
+ * database's Drizzle class.
  *
  * On PostgreSQL each transition is one statement, so a first execution costs
  * 2 round trips (claim, complete) and a replay or an in-flight rejection 1.
@@ -104,12 +100,15 @@ type PreparedQuery = { execute(values: Record<string, unknown>): Promise<unknown
  * store its outcome in one transaction.
  */
 export function drizzleStore<TDb extends AnyMySqlDatabase>(options: DrizzleStoreOptions<TDb>): MySqlDrizzleStore<TDb>;
+export function drizzleStore<TDb extends AnySQLiteDatabase>(options: DrizzleStoreOptions<TDb>): SQLiteDrizzleStore<TDb>;
 export function drizzleStore<TDb extends AnyPgDatabase>(options: DrizzleStoreOptions<TDb>): DrizzleStore<TDb>;
 export function drizzleStore(
-  options: DrizzleStoreOptions<AnyPgDatabase | AnyMySqlDatabase>,
-): DrizzleStore<AnyPgDatabase> | MySqlDrizzleStore<AnyMySqlDatabase> {
+  options: DrizzleStoreOptions<AnyPgDatabase | AnyMySqlDatabase | AnySQLiteDatabase>,
+): DrizzleStore<AnyPgDatabase> | MySqlDrizzleStore<AnyMySqlDatabase> | SQLiteDrizzleStore<AnySQLiteDatabase> {
   const db = options?.db;
-  return isMySqlDatabase(db) ? mysqlDrizzleStore(db) : postgresStore(db as AnyPgDatabase);
+  if (isMySqlDatabase(db)) return mysqlDrizzleStore(db);
+  if (isSQLiteDatabase(db)) return sqliteDrizzleStore(db);
+  return postgresStore(db as AnyPgDatabase);
 }
 
 function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
@@ -122,7 +121,7 @@ function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
     typeof (db as AnyPgDatabase)._?.session?.prepareQuery !== 'function'
   ) {
     throw new IdempotencyConfigError(
-      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...) or MySQL database (drizzle(mysql2Pool)).',
+      'drizzleStore: `db` must be a Drizzle PostgreSQL database (drizzle(pool), drizzle(pglite), ...), MySQL database (drizzle(mysql2Pool)) or SQLite database (drizzle(betterSqlite3), drizzle(libsqlClient)).',
     );
   }
 
@@ -261,31 +260,13 @@ function postgresStore<TDb extends AnyPgDatabase>(db: TDb): DrizzleStore<TDb> {
       );
     },
 
-    transactionOf(_ctx?: object): TransactionOf<TDb> {
-      const tx = currentRun.getStore()?.transaction;
-      if (tx === undefined) {
-        throw new IdempotencyConfigError(
-          'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',
-        );
-      }
-      return tx as TransactionOf<TDb>;
-    },
+    transactionOf: (_ctx?: object) => currentTransaction<TransactionOf<TDb>>(),
 
-    async purgeExpired({
-      batchSize = 1_000,
-      maxBatches = Number.POSITIVE_INFINITY,
-    }: PurgeOptions = {}): Promise<number> {
-      checkWholeNumber(batchSize, 'batchSize', 'purgeExpired', { min: 1 });
-      let total = 0;
-      for (const purge of [PURGE, PURGE_STEPS]) {
-        for (let batch = 0; batch < maxBatches; batch++) {
-          const [row] = await run(db, purge, { batchSize });
-          const n = Number(row?.n ?? 0);
-          total += n;
-          if (n < batchSize) break;
-        }
-      }
-      return total;
-    },
+    purgeExpired: (options?: PurgeOptions) =>
+      purgeInBatches(
+        [PURGE, PURGE_STEPS],
+        async (purge, batchSize) => Number((await run(db, purge, { batchSize }))[0]?.n ?? 0),
+        options,
+      ),
   };
 }

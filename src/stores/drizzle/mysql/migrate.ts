@@ -1,8 +1,7 @@
 import { is, sql } from 'drizzle-orm';
 import { MySqlTransaction } from 'drizzle-orm/mysql-core';
 import { IdempotencyConfigError } from '../../../core/idempotency-error.js';
-import { describeValue } from '../../../core/options.js';
-import { BREAKPOINT, folderMigrations, pending } from '../journal.js';
+import { BREAKPOINT, folderMigrations, journalOptions, pending } from '../journal.js';
 import type { MigrateIdempotencyKeysOptions, MigrateIdempotencyKeysResult } from '../migrate.js';
 import { MYSQL_MIGRATIONS } from './embedded-migrations.js';
 import type { AnyMySqlDatabase } from './store.js';
@@ -42,33 +41,11 @@ export async function migrateMysql(
       'migrateIdempotencyKeys: pass the database (drizzle(pool)), not a transaction: MySQL commits each table it creates, whatever transaction is open.',
     );
   }
-  if (options === null || typeof options !== 'object') {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`options\` must be an object, got ${describeValue(options)}.`,
-    );
-  }
-  const unknown = Object.keys(options).filter((key) => key !== 'migrationsFolder' && key !== 'migrationsTable');
-  if (unknown.length > 0) {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: ${unknown.map((k) => `\`${k}\``).join(', ')} ${unknown.length > 1 ? 'are not options' : 'is not an option'} on MySQL; the options are \`migrationsFolder\` and \`migrationsTable\` (the journal lives in the connection's database).`,
-    );
-  }
-  const table = options.migrationsTable ?? '__trpc_idempotency_migrations';
-  if (typeof table !== 'string' || table.length === 0 || table.length > MAX_IDENTIFIER_LENGTH || table.includes('\0')) {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`migrationsTable\` must be a non-empty name without NUL characters, of at most ${MAX_IDENTIFIER_LENGTH} characters, got ${describeValue(table)}. Leave it out to use '__trpc_idempotency_migrations'.`,
-    );
-  }
-  const { migrationsFolder } = options;
-  if (
-    migrationsFolder !== undefined &&
-    !(typeof migrationsFolder === 'string' && migrationsFolder.length > 0) &&
-    !(migrationsFolder instanceof URL && migrationsFolder.protocol === 'file:')
-  ) {
-    throw new IdempotencyConfigError(
-      `migrateIdempotencyKeys: \`migrationsFolder\` must be a path or a file: URL (this package's drizzle/mysql), got ${describeValue(migrationsFolder)}. Leave it out to apply the migrations carried in this package's code.`,
-    );
-  }
+  const { table, migrationsFolder } = journalOptions(options, {
+    dialect: 'MySQL',
+    maxLength: MAX_IDENTIFIER_LENGTH,
+    folder: 'drizzle/mysql',
+  });
   const migrations =
     migrationsFolder === undefined
       ? MYSQL_MIGRATIONS.map((m) => ({ tag: m.tag, when: m.when, hash: m.hash, statements: m.sql.split(BREAKPOINT) }))

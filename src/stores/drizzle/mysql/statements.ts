@@ -4,26 +4,9 @@
 // write that re-checks in its WHERE what the read found: its affected-row count
 // says whether it wrote. Written for MariaDB 10.5+ and MySQL 8 alike.
 
-/**
- * One statement: its text with `?` for each parameter, and the parameter
- * each `?` takes, in order (a name can come more than once). Written with
- * `:name` for readability, see `statement`.
- */
-export interface Statement<K extends string> {
-  readonly text: string;
-  readonly params: readonly K[];
-}
+import { type Statement, statement } from '../positional.js';
 
-/** A statement of the `:name` placeholders in `text` (a letter after the colon: `'00:00'` is not one). */
-export function statement<const K extends string>(names: readonly K[], text: string): Statement<K> {
-  const params: K[] = [];
-  const out = text.replace(/:([a-zA-Z]\w*)/g, (_, name: string) => {
-    if (!(names as readonly string[]).includes(name)) throw new Error(`statement: unknown parameter :${name}`);
-    params.push(name as K);
-    return '?';
-  });
-  return { text: out, params };
-}
+export { type Statement, statement };
 
 /** The server's clock, once per statement (MySQL and MariaDB evaluate it at the statement's start), in UTC. */
 const NOW = 'utc_timestamp(3)';

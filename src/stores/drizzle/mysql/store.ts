@@ -6,8 +6,6 @@ import {
   type PreparedQueryHKTBase,
 } from 'drizzle-orm/mysql-core';
 import { IdempotencyConfigError, storeFailure } from '../../../core/idempotency-error.js';
-import { checkWholeNumber } from '../../../core/options.js';
-import { currentRun } from '../../../core/protected-run.js';
 import {
   acquiredAnswer,
   claimVerdict,
@@ -32,6 +30,7 @@ import type {
 } from '../../../core/store.js';
 import type { StoreAdmin } from '../../../core/store-admin.js';
 import { sanitize } from '../driver-errors.js';
+import { currentTransaction, type PurgeOptions, purgeInBatches, refusedStep } from '../shared.js';
 import { mysqlAdmin } from './admin.js';
 import { isDeadlock, isDuplicateKey, isLockWaitTimeout, isMysqlOutage } from './driver-errors.js';
 import { MAX_ID_BYTES } from './schema.js';
@@ -64,18 +63,7 @@ export type AnyMySqlDatabase = MySqlDatabase<MySqlQueryResultHKT, PreparedQueryH
 /** The transaction type of a Drizzle MySQL database. */
 export type MySqlTransactionOf<TDb extends AnyMySqlDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
-export interface MySqlPurgeOptions {
-  /**
-   * Rows deleted per statement: small batches keep row locks short.
-   * @default 1_000
-   */
-  batchSize?: number;
-  /**
-   * Stop after this many batches (for a job with a time budget).
-   * @default Infinity
-   */
-  maxBatches?: number;
-}
+export type MySqlPurgeOptions = PurgeOptions;
 
 export interface MySqlDrizzleStore<TDb extends AnyMySqlDatabase> extends IdempotencyStore {
   readonly name: 'mysql';
@@ -294,11 +282,12 @@ export function mysqlDrizzleStore<TDb extends AnyMySqlDatabase>(db: TDb): MySqlD
       for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
         if (await insert(db, SAVE_STEP, values)) return 'stored';
         const [row] = (await run(db, STEP_STATE, key)).rows;
-        if (Number(row?.held) !== 1) return 'fenced';
-        const n = Number(row?.n);
-        if (index < n) return textOrUndefined(row?.at_name) === name ? 'stored' : 'conflict';
-        if (index > n) return 'conflict';
-        // index === n: the steps changed between the two statements (a concurrent save); read again.
+        const answer = refusedStep(Number(row?.held) === 1, Number(row?.n), textOrUndefined(row?.at_name), {
+          index,
+          name,
+        });
+        // None: the steps changed between the two statements (a concurrent save); read again.
+        if (answer !== undefined) return answer;
       }
       throw storeFailure(
         'contention',
@@ -328,31 +317,14 @@ export function mysqlDrizzleStore<TDb extends AnyMySqlDatabase>(db: TDb): MySqlD
       );
     },
 
-    transactionOf(_ctx?: object): MySqlTransactionOf<TDb> {
-      const tx = currentRun.getStore()?.transaction;
-      if (tx === undefined) {
-        throw new IdempotencyConfigError(
-          'transactionOf(ctx): this call does not run in transactional mode. Set `transaction: true` in the procedure meta (idempotency) or the options.',
-        );
-      }
-      return tx as MySqlTransactionOf<TDb>;
-    },
+    transactionOf: (_ctx?: object) => currentTransaction<MySqlTransactionOf<TDb>>(),
 
-    async purgeExpired({
-      batchSize = 1_000,
-      maxBatches = Number.POSITIVE_INFINITY,
-    }: MySqlPurgeOptions = {}): Promise<number> {
-      checkWholeNumber(batchSize, 'batchSize', 'purgeExpired', { min: 1 });
-      let total = 0;
-      for (const purge of [PURGE, PURGE_STEPS]) {
-        for (let batch = 0; batch < maxBatches; batch++) {
-          const n = (await run(db, purge, { batchSize })).affected;
-          total += n;
-          if (n < batchSize) break;
-        }
-      }
-      return total;
-    },
+    purgeExpired: (options?: MySqlPurgeOptions) =>
+      purgeInBatches(
+        [PURGE, PURGE_STEPS],
+        async (purge, batchSize) => (await run(db, purge, { batchSize })).affected,
+        options,
+      ),
   };
 }
 
