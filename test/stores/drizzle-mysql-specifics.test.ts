@@ -17,6 +17,7 @@ import { recordId } from '../../src/core.js';
 import { drizzleStore, type MySqlDrizzleStore, migrateIdempotencyKeys } from '../../src/drizzle.js';
 import { type IdempotencyMeta, idempotencyErrorFormatter, withIdempotency } from '../../src/index.js';
 import { isolatedDatabase, MYSQL_MIGRATIONS, type MysqlDatabase } from '../helpers/mysql.js';
+import { startPipe } from '../helpers/proxy.js';
 import { sleep } from '../helpers/redis.js';
 import { createClient, rejectionOf, startServer, type TestServer } from '../helpers/trpc.js';
 
@@ -67,6 +68,65 @@ describe('claims on MySQL', () => {
       const claim = await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 5_000 });
       const info = await store.admin.inspect({ id });
       expect(info).toMatchObject({ claimedAt: claim.time, expiresAt: claim.time! + 5_000 });
+    }
+  });
+});
+
+describe('a claim between its read and its write (two statements)', () => {
+  it('a key taken, given a step and released meanwhile is resumed after that step: the step does not run twice', async () => {
+    // Claimer A's connection goes through a gate that holds the statement taking the absent key (A's insert)
+    // until B has claimed the key, recorded step 0 and released it: A's read found no steps, and its insert
+    // finds the key absent again. A must start after step 0, as B's release left it to the next holder.
+    let reachedInsert!: () => void;
+    const reached = new Promise<void>((resolve) => {
+      reachedInsert = resolve;
+    });
+    let held: Buffer[] | undefined;
+    let upstreamOfA: { write(chunk: Buffer): unknown } | undefined;
+    const gate = await startPipe({ port: Number(new URL(my.url).port) }, (_client, upstream) => ({
+      fromClient(chunk) {
+        if (held === undefined && chunk.includes('insert into idempotency_keys')) {
+          held = [chunk];
+          upstreamOfA = upstream;
+          reachedInsert();
+        } else if (held !== undefined && upstream === upstreamOfA && held.length > 0) held.push(chunk);
+        else upstream.write(chunk);
+      },
+    }));
+    const url = new URL(my.url);
+    url.port = String(gate.port);
+    const connection = await mysql.createConnection(url.toString());
+    try {
+      const a = drizzleStore({ db: drizzle(connection) });
+      const b = drizzleStore({ db: my.db });
+      const id = `aba:${randomUUID()}`;
+      const claimOfA = a.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+      await reached;
+      expect(await b.claim({ id, fingerprint: 'fp', token: 'b', lockTtl: 10_000 })).toMatchObject({
+        state: 'acquired',
+      });
+      const step = {
+        id,
+        token: 'b',
+        fingerprint: 'fp',
+        index: 0,
+        name: 'charge',
+        body: '"ch_1"',
+        ttl: 60_000,
+        lockTtl: 10_000,
+      };
+      expect(await b.saveStep!(step)).toBe('stored');
+      expect(await b.release({ id, token: 'b' })).toBe(true);
+      const pending = held!;
+      held = [];
+      for (const chunk of pending) upstreamOfA!.write(chunk);
+      expect(await claimOfA).toMatchObject({
+        state: 'acquired',
+        steps: { fingerprint: 'fp', steps: [{ name: 'charge', body: '"ch_1"' }] },
+      });
+    } finally {
+      await connection.end();
+      await gate.close();
     }
   });
 });

@@ -68,15 +68,21 @@ export const CLAIM_READ = statement(
  * inserts nothing). A duplicate key error: another claim took it first. The
  * claim is taken at :now, the time of the read that found the key free (the
  * claim's answer gives it, and no write can give a time back): its lease runs
- * from then.
+ * from then. Nor does it insert when the live steps under the id are no longer
+ * the :steps the read found: another claim took the key, recorded a step and
+ * gave the key back between the two statements, and the claim would start
+ * without that step and run it again. Only a holder appends steps, so their
+ * number tells; the caller reads again.
  */
 export const CLAIM_INSERT = statement(
-  ['id', 'fingerprint', 'token', 'now', 'lockTtl', 'lockTtlColumn', 'deadline'],
+  ['id', 'fingerprint', 'token', 'now', 'lockTtl', 'lockTtlColumn', 'deadline', 'steps'],
   `
     insert into idempotency_keys (id, state, fingerprint, token, body, expires_at, created_at, lock_ttl)
     select :id, 'in_progress', :fingerprint, :token, null, ${AT} + interval (:lockTtl * 1000) microsecond, ${AT},
            :lockTtlColumn
-      from dual where ${BEFORE_DEADLINE}`,
+      from dual
+     where ${BEFORE_DEADLINE}
+       and (select count(*) from idempotency_steps where id = :id and expires_at > ${NOW}) = :steps`,
 );
 
 /**

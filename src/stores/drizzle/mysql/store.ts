@@ -257,11 +257,12 @@ export function mysqlDrizzleStore<TDb extends AnyMySqlDatabase>(db: TDb): MySqlD
         if (verdict === 'late') return lateAnswer(now);
         // A renewal of its own claim that changed nothing (the same ms) found it again: it holds it.
         if (verdict === 'retake' && unchanged) return acquiredAnswer(stepsOf(rows), now);
+        const steps = stepsOf(rows);
         const taken =
           rec === undefined
-            ? await insert(db, CLAIM_INSERT, { ...write, now })
+            ? await insert(db, CLAIM_INSERT, { ...write, now, steps: steps?.steps.length ?? 0 })
             : (await run(db, CLAIM_TAKE, { ...write, now })).affected > 0;
-        if (taken) return acquiredAnswer(stepsOf(rows), now);
+        if (taken) return acquiredAnswer(steps, now);
         unchanged = verdict === 'retake';
       }
       throw storeFailure(
