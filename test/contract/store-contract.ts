@@ -705,9 +705,11 @@ export function describeStoreContract(
         await save(store, { id: rec, ttl: 600 });
         await advance(400);
         await save(store, { id: rec, index: 1, name: 'charge', ttl: 600 });
+        const secondSaved = performance.now();
         await advance(400);
         await store.release({ id: rec, token: 'a' });
         // 800 ms after the first step, 400 after the second: both are kept
+        within(secondSaved, 520, 'the steps, kept 600 ms from the second save, cannot have expired yet');
         expect(await claim(store, { id: rec, token: 'b', lockTtl: 5_000 })).toMatchObject({
           steps: { steps: [{ name: 'reserve' }, { name: 'charge' }] },
         });
