@@ -19,16 +19,19 @@ import { openTelemetry } from 'trpc-idempotency/otel';
 import { redisStore } from 'trpc-idempotency/redis';
 import { z } from 'zod';
 import type { Db } from './db.js';
+import { openIdempotencyDatabase } from './idempotency-db.js';
 import { type ProviderCharge, providerClient } from './provider.js';
 import { charges, refunds } from './schema.js';
 
-export type StoreKind = 'memory' | 'redis' | 'postgres';
+export type StoreKind = 'memory' | 'redis' | 'postgres' | 'mysql' | 'sqlite';
 
 export interface AppOptions {
   db: Db;
-  /** Which idempotency store: the embedded memory store, Redis, or the business database. */
+  /** Which idempotency store: the embedded memory store, Redis, the business database, or a MySQL or SQLite one of its own. */
   store: StoreKind;
   redisUrl?: string;
+  /** The MySQL or SQLite store's database (see idempotency-db.ts). */
+  idempotencyDatabaseUrl?: string;
   /** Key prefix in Redis, so several deployments can share one server. */
   redisPrefix?: string;
   instanceId: string;
@@ -61,9 +64,16 @@ export async function createApp(options: AppOptions) {
 
   let store: IdempotencyStore;
   let redis: Redis | undefined;
+  let closeStore = async () => {};
+  let storeWhere: string | undefined;
   const postgres = options.store === 'postgres' ? drizzleStore({ db }) : undefined;
   if (postgres !== undefined) {
     store = postgres;
+  } else if (options.store === 'mysql' || options.store === 'sqlite') {
+    const opened = await openIdempotencyDatabase(options.store, options.idempotencyDatabaseUrl);
+    store = opened.store;
+    closeStore = opened.close;
+    storeWhere = opened.where;
   } else if (options.store === 'redis') {
     redis = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379');
     // ioredis reconnects by itself; while it cannot, requests get 503 (fail-closed).
@@ -191,8 +201,11 @@ export async function createApp(options: AppOptions) {
 
   return {
     appRouter,
+    /** Where a MySQL or SQLite store is, for the banner. */
+    storeWhere,
     close: async () => {
       redis?.disconnect();
+      await closeStore();
     },
   };
 }

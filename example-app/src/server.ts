@@ -2,7 +2,8 @@
  * Starts one instance of the payments service.
  *
  * env: PORT (3000; 0 picks a free port), INSTANCE_ID (hostname-based),
- *      IDEMPOTENCY_STORE (memory | redis | postgres; memory), REDIS_URL, REDIS_PREFIX,
+ *      IDEMPOTENCY_STORE (memory | redis | postgres | mysql | sqlite; memory), REDIS_URL, REDIS_PREFIX,
+ *      IDEMPOTENCY_DATABASE_URL (mysql://... for mysql; sqlite:path for sqlite, a temporary file when unset),
  *      DATABASE_URL (the ledger; PGlite in memory when unset), LOCK_TTL (ms, 30000),
  *      PROVIDER_URL (the card provider; one started in this process when unset),
  *      CHARGE_DELAY_MS (1500), LOG_EVENTS (1)
@@ -25,12 +26,12 @@ const env = process.env;
 const port = Number(env.PORT ?? 3000);
 const instanceId = env.INSTANCE_ID ?? `${hostname()}-${process.pid}`;
 const storeKind = (env.IDEMPOTENCY_STORE ?? 'memory') as StoreKind;
-if (!['memory', 'redis', 'postgres'].includes(storeKind)) {
-  throw new Error(`IDEMPOTENCY_STORE must be memory, redis or postgres, not ${storeKind}.`);
+if (!['memory', 'redis', 'postgres', 'mysql', 'sqlite'].includes(storeKind)) {
+  throw new Error(`IDEMPOTENCY_STORE must be memory, redis, postgres, mysql or sqlite, not ${storeKind}.`);
 }
 if (storeKind === 'memory' && env.DATABASE_URL) {
   console.warn(
-    'IDEMPOTENCY_STORE=memory protects one instance only; use redis or postgres when several share DATABASE_URL.',
+    'IDEMPOTENCY_STORE=memory protects one instance only; use redis, postgres, mysql or sqlite when several share DATABASE_URL.',
   );
 }
 
@@ -71,6 +72,7 @@ const app = await createApp({
   store: storeKind,
   redisUrl: env.REDIS_URL,
   redisPrefix: env.REDIS_PREFIX,
+  idempotencyDatabaseUrl: env.IDEMPOTENCY_DATABASE_URL,
   instanceId,
   providerUrl,
   chargeDelayMs: Number(env.CHARGE_DELAY_MS ?? 1_500),
@@ -171,7 +173,7 @@ const base = `http://localhost:${actual}`;
 const post = (key: string, body: string) =>
   `curl -si -X POST ${base}/trpc/payments.create -H 'content-type: application/json' -H 'idempotency-key: ${key}' -d '${body}'`;
 console.log(`trpc-idempotency demo (instance ${instanceId}) listening on ${base}
-idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : ''}; ledger: ${database.kind}
+idempotency store: ${storeKind}${storeKind === 'redis' ? ` (${env.REDIS_URL ?? 'redis://127.0.0.1:6379'})` : app.storeWhere === undefined ? '' : `: ${app.storeWhere}`}; ledger: ${database.kind}
 card provider: ${providerUrl}${ownProvider === undefined ? '' : ' (in this process)'}; the crash control is ${crashable ? 'on' : 'off (it needs several instances sharing a redis or postgres store)'}
 
 Open ${base} for the checkout page, or try (amounts in cents: 1000 is 10.00 EUR):

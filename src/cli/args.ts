@@ -18,7 +18,11 @@ const REDIS: Options = {
   'redis-client': { type: 'string' },
   prefix: { type: 'string' },
 };
-const POSTGRES: Options = { 'database-url': { type: 'string' }, schema: { type: 'string' } };
+const DATABASE: Options = {
+  'database-url': { type: 'string' },
+  schema: { type: 'string' },
+  'sqlite-client': { type: 'string' },
+};
 const RECORD: Options = {
   scope: { type: 'string' },
   procedure: { type: 'string' },
@@ -31,7 +35,7 @@ const RECORD: Options = {
  * shell's history. Named after the package and the flags, not `REDIS_URL` or `DATABASE_URL`, which an
  * application's environment often sets for another store (a cache, the main database).
  */
-export const URL_ENV = { redis: 'TRPC_IDEMPOTENCY_REDIS_URL', postgresql: 'TRPC_IDEMPOTENCY_DATABASE_URL' } as const;
+export const URL_ENV = { redis: 'TRPC_IDEMPOTENCY_REDIS_URL', database: 'TRPC_IDEMPOTENCY_DATABASE_URL' } as const;
 
 const STORE_HEADING = 'Store (the options the application gives its store):';
 
@@ -41,17 +45,21 @@ const REDIS_HELP = `  --redis URL            Redis (redis://[user:password@]host
   --redis-client NAME    ioredis or node-redis (default: ioredis if installed, else node-redis)
   --prefix P             redisStore's prefix (default idem:)`;
 
-const POSTGRES_HELP = `  --database-url URL     PostgreSQL (postgres://user:password@host:port/db), through pg and drizzle-orm,
-                         or set ${URL_ENV.postgresql}`;
+const DATABASE_HELP = `  --database-url URL     a SQL database, through drizzle-orm, or set ${URL_ENV.database}:
+                           PostgreSQL   postgres://user:password@host:port/db (pg)
+                           MySQL        mysql://user:password@host:port/db (mysql2; MariaDB too)
+                           SQLite       sqlite:path or file:path (./app.db; sqlite:///abs/app.db), an existing
+                                        file (migrate creates it)
+  --sqlite-client NAME   better-sqlite3 or libsql (@libsql/client) (default: better-sqlite3 if installed, else libsql)`;
 
 /** What the environment variables are for, after the flags of the stores a command takes. */
 const ENV_HELP = `A URL set in the environment keeps its password out of ps and the shell's history; a flag wins over it.`;
 
 const CONNECT_HELP = `${STORE_HEADING}
 ${REDIS_HELP}
-${POSTGRES_HELP}
-  --schema S             the schema of the idempotency_keys table: the connection's search_path is set to S
-                         (drizzleStore uses the connection's search_path; default: the server's)
+${DATABASE_HELP}
+  --schema S             PostgreSQL: the schema of the idempotency_keys table: the connection's search_path
+                         is set to S (drizzleStore uses the connection's search_path; default: the server's)
 ${ENV_HELP}
 With both variables set, pass --redis URL or --database-url URL, or empty one for the command.`;
 
@@ -78,7 +86,7 @@ export type CommandName = 'inspect' | 'release' | 'stuck' | 'stats' | 'migrate' 
 
 export const COMMANDS: Record<CommandName, CommandSpec> = {
   inspect: {
-    options: { ...HELP, ...JSON_OUT, ...REDIS, ...POSTGRES, ...RECORD, body: { type: 'boolean' } },
+    options: { ...HELP, ...JSON_OUT, ...REDIS, ...DATABASE, ...RECORD, body: { type: 'boolean' } },
     summary: 'read one record: its state, claim, lease, outcome size, steps',
     help: `Usage: ${BIN} inspect (--redis URL | --database-url URL) --procedure P --key K [--scope S] [--body] [--json]
 
@@ -104,7 +112,7 @@ ${EXIT_CODES_HELP}`,
       ...HELP,
       ...JSON_OUT,
       ...REDIS,
-      ...POSTGRES,
+      ...DATABASE,
       ...RECORD,
       confirm: { type: 'boolean' },
       force: { type: 'boolean' },
@@ -159,7 +167,7 @@ ${EXIT_CODES_HELP}`,
       ...HELP,
       ...JSON_OUT,
       ...REDIS,
-      ...POSTGRES,
+      ...DATABASE,
       'older-than': { type: 'string' },
       procedure: { type: 'string' },
       max: { type: 'string' },
@@ -186,7 +194,7 @@ ${EXIT_CODES_HELP}`,
       ...HELP,
       ...JSON_OUT,
       ...REDIS,
-      ...POSTGRES,
+      ...DATABASE,
       procedure: { type: 'string' },
       max: { type: 'string' },
     },
@@ -207,24 +215,27 @@ ${EXIT_CODES_HELP}`,
     options: {
       ...HELP,
       ...JSON_OUT,
-      ...POSTGRES,
-      ...REDIS, // refused with a message that says migrate is for PostgreSQL
+      ...DATABASE,
+      ...REDIS, // refused with a message that says migrate is for the SQL databases
       'migrations-schema': { type: 'string' },
       'migrations-table': { type: 'string' },
     },
-    summary: 'PostgreSQL: create or update the idempotency_keys table (migrateIdempotencyKeys)',
+    summary: 'SQL databases: create or update the idempotency_keys table (migrateIdempotencyKeys)',
     help: `Usage: ${BIN} migrate --database-url URL [--schema S] [--migrations-schema S] [--migrations-table T] [--json]
 
-Applies this package's migrations (migrateIdempotencyKeys from trpc-idempotency/drizzle)
-and prints how many it applied (0: up to date). Safe while instances start: it takes
-an advisory lock. On a table of millions of rows, migration 0002 builds an index that
-makes claims wait meanwhile: see docs/stores.md (Creating the table) first. The table
-goes in the first schema of the search_path (--schema).
+Applies this package's migrations for the URL's database (migrateIdempotencyKeys from
+trpc-idempotency/drizzle) and prints how many it applied (0: up to date). Safe while
+instances start: it takes a lock (PostgreSQL: an advisory lock; MySQL: GET_LOCK; SQLite:
+the write lock). On PostgreSQL, on a table of millions of rows, migration 0002 builds an
+index that makes claims wait meanwhile: see docs/stores.md (Creating the table) first.
+PostgreSQL: the table goes in the first schema of the search_path (--schema).
+MySQL: in the URL's database. SQLite: in the file, created if it does not exist.
 
-${POSTGRES_HELP}
-  --schema S             create the table in schema S (the connection's search_path)
-  --migrations-schema S  the schema of the migrations journal (default drizzle, as migrateIdempotencyKeys);
-                         with one table per schema, give each its own journal (--migrations-schema S)
+${DATABASE_HELP}
+  --schema S             PostgreSQL: create the table in schema S (the connection's search_path)
+  --migrations-schema S  PostgreSQL: the schema of the migrations journal (default drizzle, as
+                         migrateIdempotencyKeys); with one table per schema, give each its own journal.
+                         MySQL and SQLite keep the journal beside the table.
   --migrations-table T   the journal's table (default __trpc_idempotency_migrations)
 ${COMMON_HELP}
 
@@ -234,19 +245,19 @@ ${EXIT_CODES_HELP}`,
     options: {
       ...HELP,
       ...JSON_OUT,
-      ...POSTGRES,
-      ...REDIS, // refused with a message that says purge is for PostgreSQL
+      ...DATABASE,
+      ...REDIS, // refused with a message that says purge is for the SQL databases
       'batch-size': { type: 'string' },
       'max-batches': { type: 'string' },
     },
-    summary: 'PostgreSQL: delete expired rows and steps (purgeExpired)',
+    summary: 'SQL databases: delete expired rows and steps (purgeExpired)',
     help: `Usage: ${BIN} purge --database-url URL [--schema S] [--batch-size N] [--max-batches N] [--json]
 
 Deletes expired records, then expired steps, in batches (drizzleStore's purgeExpired),
 and prints how many rows went. Schedule it (cron). Redis expires its keys by itself.
 
-${POSTGRES_HELP}
-  --schema S             the schema of the idempotency_keys table (the connection's search_path)
+${DATABASE_HELP}
+  --schema S             PostgreSQL: the schema of the idempotency_keys table (the connection's search_path)
   --batch-size N         rows per statement (default 1000)
   --max-batches N        stop after N batches of each table (default: until none is left)
 ${COMMON_HELP}
@@ -254,7 +265,7 @@ ${COMMON_HELP}
 ${EXIT_CODES_HELP}`,
   },
   initialize: {
-    options: { ...HELP, ...JSON_OUT, ...REDIS, ...POSTGRES }, // --database-url: refused, initialize is for Redis
+    options: { ...HELP, ...JSON_OUT, ...REDIS, ...DATABASE }, // --database-url: refused, initialize is for Redis
     summary: "Redis: write the restart fence's markers (once, on a new Redis)",
     help: `Usage: ${BIN} initialize --redis URL [--cluster] [--prefix P] [--json]
 
@@ -276,7 +287,7 @@ ${EXIT_CODES_HELP}`,
 
 export const TOP_HELP = `Usage: ${BIN} <command> [flags]
 
-Operator tools for trpc-idempotency's stores (Redis, Redis Cluster, PostgreSQL).
+Operator tools for trpc-idempotency's stores (Redis, Redis Cluster, PostgreSQL, MySQL/MariaDB, SQLite).
 
 Commands:
 ${Object.entries(COMMANDS)
@@ -285,11 +296,12 @@ ${Object.entries(COMMANDS)
 
 Run ${BIN} <command> --help for its flags. ${BIN} --version prints the version.
 The store's URL: --redis URL or --database-url URL, or in the environment ${URL_ENV.redis}
-or ${URL_ENV.postgresql} (a flag wins).
+or ${URL_ENV.database} (a flag wins).
 
 Examples:
   ${BIN} inspect --redis redis://127.0.0.1:6379 --scope u1 --procedure pay --key K
   ${BIN} stuck --database-url postgres://127.0.0.1/app --older-than 5m
+  ${BIN} purge --database-url sqlite:/var/lib/app/app.db
   ${BIN} release --redis redis://10.0.0.1:7000 --cluster --id 'u1:pay:K' --force
 
 ${EXIT_CODES_HELP}`;

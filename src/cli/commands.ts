@@ -4,18 +4,12 @@
  * answers in words or, with `--json`, as one JSON document on stdout, closes
  * the connection, and returns its exit code.
  */
+import { resolve } from 'node:path';
 import { type InspectedRecord, idempotencyAdmin, type RecordRef } from '../core/admin.js';
 import type { IdempotencyEvent } from '../core/events.js';
 import { BIN, type CommandName, parseCount, parseDuration, type Values } from './args.js';
-import {
-  type Connection,
-  connectPostgres,
-  connectRedis,
-  type PostgresConnection,
-  type RedisTarget,
-  type Target,
-  targetOf,
-} from './connect.js';
+import { type Connection, connectRedis, type RedisTarget, type SqlTarget, type Target, targetOf } from './connect.js';
+import { connectSql } from './connect-sql.js';
 import { EXIT, type ExitCode, usageError } from './exit-codes.js';
 import { absentHint, type Lookup, type Named, recordLines, releaseLines, statsLines, stuckLines } from './format.js';
 
@@ -51,7 +45,7 @@ export function recordRef(command: string, values: Values): RecordRef & Named {
 }
 
 const connect = (target: Target, table = true): Promise<Connection> =>
-  target.kind === 'redis' ? connectRedis(target) : connectPostgres(target, table);
+  target.kind === 'redis' ? connectRedis(target) : connectSql(target, table);
 
 /** Where a record was looked up, for the lines of an absent one (and a message on stderr with --json). */
 function lookupOf(io: Io, json: boolean, target: Target, conn: Connection, rec: InspectedRecord, named: Named): Lookup {
@@ -153,38 +147,65 @@ const stats: Command = async (values, io) => {
   });
 };
 
+/** The SQL database the flags name (migrate, purge). @throws CliError (exit 2). */
+const sqlTargetOf = (command: string, values: Values) => targetOf(command, values, 'sql') as SqlTarget;
+
+/** The migrations this package carries for a dialect, and where the table went, once migrated. */
+async function migrated(target: SqlTarget, query: (text: string) => Promise<Record<string, unknown>[]>) {
+  if (target.kind === 'mysql') {
+    const { MYSQL_MIGRATIONS } = await import('../stores/drizzle/mysql/embedded-migrations.js');
+    return { migrations: MYSQL_MIGRATIONS, at: { database: target.database }, where: `database ${target.database}` };
+  }
+  if (target.kind === 'sqlite') {
+    const { SQLITE_MIGRATIONS } = await import('../stores/drizzle/sqlite/embedded-migrations.js');
+    const file = resolve(target.path);
+    return { migrations: SQLITE_MIGRATIONS, at: { file }, where: `the file ${file}` };
+  }
+  const { PACKAGE_MIGRATIONS } = await import('../stores/drizzle/embedded-migrations.js');
+  const [row] = await query("select to_regclass('idempotency_keys')::text as table, current_schema() as schema");
+  // undefined: the journal records the migrations, but the table is not on this connection's search_path
+  const found = row?.table === null || row?.table === undefined ? undefined : String(row.table);
+  return {
+    migrations: PACKAGE_MIGRATIONS,
+    at: { table: found, schema: row?.schema },
+    where: found === undefined ? undefined : `schema ${String(row?.schema)}`,
+  };
+}
+
 const migrate: Command = async (values, io) => {
-  const target = targetOf('migrate', values, 'postgresql');
-  if (target.kind !== 'postgresql') throw usageError('migrate is for PostgreSQL: pass --database-url URL.');
+  const target = sqlTargetOf('migrate', values);
   const migrationsSchema = str(values['migrations-schema']);
   const migrationsTable = str(values['migrations-table']);
+  if (target.kind !== 'postgresql' && migrationsSchema !== undefined) {
+    throw usageError(
+      `migrate: --migrations-schema is for PostgreSQL; on ${target.kind === 'mysql' ? "MySQL the journal is in the URL's database" : 'SQLite the journal is in the file'}, beside the table: leave it out (--migrations-table names it).`,
+    );
+  }
   const json = values.json === true;
-  const conn = (await connectPostgres(target, false)) as PostgresConnection;
+  const conn = await connectSql(target, false);
   try {
-    const [{ migrateIdempotencyKeys }, { PACKAGE_MIGRATIONS }] = await Promise.all([
-      import('../stores/drizzle/migrate.js'),
-      import('../stores/drizzle/embedded-migrations.js'),
-    ]);
+    const { migrateIdempotencyKeys } = await import('../stores/drizzle/migrate.js');
     const options = {
       ...(migrationsSchema === undefined ? {} : { migrationsSchema }),
       ...(migrationsTable === undefined ? {} : { migrationsTable }),
     };
     const { applied } = await migrateIdempotencyKeys(conn.db as Parameters<typeof migrateIdempotencyKeys>[0], options);
-    const [row] = await conn.query("select to_regclass('idempotency_keys')::text as table, current_schema() as schema");
-    const journal = `${migrationsSchema ?? 'drizzle'}.${migrationsTable ?? '__trpc_idempotency_migrations'}`;
-    const tags = PACKAGE_MIGRATIONS.slice(PACKAGE_MIGRATIONS.length - applied).map((m) => m.tag);
-    if (row?.table === null || row?.table === undefined) {
+    const { migrations, at, where } = await migrated(target, conn.query);
+    const table = migrationsTable ?? '__trpc_idempotency_migrations';
+    const journal = target.kind === 'postgresql' ? `${migrationsSchema ?? 'drizzle'}.${table}` : table;
+    const tags = migrations.slice(migrations.length - applied).map((m) => m.tag);
+    if (where === undefined) {
       io.stderr(
-        `trpc-idempotency: the journal ${journal} records the migrations, but there is no idempotency_keys table on this connection's search_path${target.schema === undefined ? '' : ` (schema ${target.schema})`}: it was migrated for another schema. Give each schema its own journal: --migrations-schema ${target.schema ?? 'S'}.`,
+        `trpc-idempotency: the journal ${journal} records the migrations, but there is no idempotency_keys table on this connection's search_path${target.kind === 'postgresql' && target.schema !== undefined ? ` (schema ${target.schema})` : ''}: it was migrated for another schema. Give each schema its own journal: --migrations-schema ${(target.kind === 'postgresql' && target.schema) || 'S'}.`,
       );
       return EXIT.failure;
     }
-    const doc = { applied, migrations: tags, table: String(row.table), schema: row.schema, journal };
+    const doc = { applied, migrations: tags, table: 'idempotency_keys', ...at, journal };
     print(io, json, doc, () => [
       applied === 0
         ? `Up to date: no migration applied (journal ${journal}).`
         : `Applied ${applied} migration${applied === 1 ? '' : 's'}: ${tags.join(', ')} (journal ${journal}).`,
-      `The idempotency_keys table is in schema ${String(row.schema)}.`,
+      `The idempotency_keys table is in ${where}.`,
     ]);
     return EXIT.ok;
   } finally {
@@ -197,10 +218,9 @@ const purge: Command = async (values, io) => {
     values['batch-size'] === undefined ? undefined : parseCount('batch-size', str(values['batch-size'])!);
   const maxBatches =
     values['max-batches'] === undefined ? undefined : parseCount('max-batches', str(values['max-batches'])!);
-  const target = targetOf('purge', values, 'postgresql');
-  if (target.kind !== 'postgresql') throw usageError('purge is for PostgreSQL: pass --database-url URL.');
+  const target = sqlTargetOf('purge', values);
   const json = values.json === true;
-  const conn = await connectPostgres(target, true);
+  const conn = await connectSql(target, true);
   try {
     const started = performance.now();
     const purged = await conn.store.purgeExpired({

@@ -4,15 +4,16 @@
  * The drivers are the application's peer dependencies, imported only when
  * asked for; a missing one is named, with what to install. Connections fail
  * within a few seconds rather than retrying for ever, and `close` ends them
- * all, so the process exits by itself.
+ * all, so the process exits by itself. The SQL databases are in connect-sql.ts.
  */
+import { fileURLToPath } from 'node:url';
 import type { IdempotencyStore } from '../core/store.js';
 import type { RedisStore } from '../stores/redis/store.js';
 import { BIN, URL_ENV, type Values } from './args.js';
 import { CliError, EXIT, usageError } from './exit-codes.js';
 
 /** How long a connection may take before the CLI gives up (ms). */
-const CONNECT_TIMEOUT = 3_000;
+export const CONNECT_TIMEOUT = 3_000;
 /** How long one command may take (ms): a listing's page is one command, bounded by its size. */
 const COMMAND_TIMEOUT = 15_000;
 
@@ -30,7 +31,22 @@ export interface PostgresTarget {
   schema: string | undefined;
 }
 
-export type Target = RedisTarget | PostgresTarget;
+export interface MysqlTarget {
+  kind: 'mysql';
+  url: string;
+  /** The URL's database, where the table is. */
+  database: string;
+}
+
+export interface SqliteTarget {
+  kind: 'sqlite';
+  /** The database file, as the URL names it. */
+  path: string;
+  client: 'better-sqlite3' | 'libsql' | undefined;
+}
+
+export type SqlTarget = PostgresTarget | MysqlTarget | SqliteTarget;
+export type Target = RedisTarget | SqlTarget;
 
 export interface Connection {
   /** The store, as the application makes it. */
@@ -42,14 +58,6 @@ export interface Connection {
 
 export interface RedisConnection extends Connection {
   store: RedisStore;
-}
-
-export interface PostgresConnection extends Connection {
-  store: IdempotencyStore & { purgeExpired(options?: { batchSize?: number; maxBatches?: number }): Promise<number> };
-  /** The Drizzle database (node-postgres), for migrations. */
-  db: unknown;
-  /** Runs one SQL query on the connection. */
-  query(text: string): Promise<Record<string, unknown>[]>;
 }
 
 /** A URL with its password hidden, for messages: in its user part and in its query (`?password=`). */
@@ -68,7 +76,8 @@ export function redact(url: string): string {
 
 const str = (v: Values[string]): string | undefined => (typeof v === 'string' ? v : undefined);
 
-type Want = 'any' | 'redis' | 'postgresql';
+/** The stores a command takes: any, Redis only (initialize), or a SQL database only (migrate, purge). */
+type Want = 'any' | 'redis' | 'sql';
 
 /**
  * The store's URL and where it came from: the flags, or when neither is given, the environment
@@ -88,29 +97,32 @@ function storeUrls(
   const flags = { redis, redisFrom: '--redis', databaseUrl, databaseFrom: '--database-url' };
   if (redis.length > 0 || databaseUrl !== undefined) return flags;
   // An empty variable is no variable: `TRPC_IDEMPOTENCY_DATABASE_URL= trpc-idempotency ...` leaves it out.
-  const fromEnv = { redis: env[URL_ENV.redis] || undefined, postgresql: env[URL_ENV.postgresql] || undefined };
-  const useRedis = fromEnv.redis !== undefined && want !== 'postgresql';
-  const usePostgres = fromEnv.postgresql !== undefined && want !== 'redis';
-  if (useRedis && usePostgres) {
+  const fromEnv = { redis: env[URL_ENV.redis] || undefined, database: env[URL_ENV.database] || undefined };
+  const useRedis = fromEnv.redis !== undefined && want !== 'sql';
+  const useDatabase = fromEnv.database !== undefined && want !== 'redis';
+  if (useRedis && useDatabase) {
     throw usageError(
-      `${command}: both ${URL_ENV.redis} and ${URL_ENV.postgresql} are set: say which store, with --redis URL or --database-url URL, or empty one for this command (${URL_ENV.postgresql}= ${BIN} ${command} ...).`,
+      `${command}: both ${URL_ENV.redis} and ${URL_ENV.database} are set: say which store, with --redis URL or --database-url URL, or empty one for this command (${URL_ENV.database}= ${BIN} ${command} ...).`,
     );
   }
   if (useRedis) return { ...flags, redis: [fromEnv.redis!], redisFrom: URL_ENV.redis };
-  if (usePostgres) return { ...flags, databaseUrl: fromEnv.postgresql, databaseFrom: URL_ENV.postgresql };
+  if (useDatabase) return { ...flags, databaseUrl: fromEnv.database, databaseFrom: URL_ENV.database };
   throw usageError(
     want === 'redis'
       ? `${command} is for Redis: pass --redis URL (or set ${URL_ENV.redis}).`
-      : want === 'postgresql'
-        ? `${command} is for PostgreSQL: pass --database-url URL (or set ${URL_ENV.postgresql}).`
-        : `${command}: pass the store: --redis URL (with --cluster for a Redis Cluster) or --database-url URL, or set ${URL_ENV.redis} or ${URL_ENV.postgresql}.`,
+      : want === 'sql'
+        ? sqlOnly(command)
+        : `${command}: pass the store: --redis URL (with --cluster for a Redis Cluster) or --database-url URL, or set ${URL_ENV.redis} or ${URL_ENV.database}.`,
   );
 }
 
+const sqlOnly = (command: string) =>
+  `${command} is for the SQL databases (PostgreSQL, MySQL/MariaDB, SQLite): pass --database-url URL (or set ${URL_ENV.database}).`;
+
 /**
  * Which store the flags name, or the environment when no flag gives a URL.
- * `want` restricts it (migrate and purge are for PostgreSQL, initialize for
- * Redis). @throws CliError (exit 2).
+ * `want` restricts it (migrate and purge are for the SQL databases,
+ * initialize for Redis). @throws CliError (exit 2).
  */
 export function targetOf(command: string, values: Values, want: Want = 'any', env = process.env): Target {
   const { redis: redisFlags, redisFrom, databaseUrl, databaseFrom } = storeUrls(command, values, want, env);
@@ -120,20 +132,13 @@ export function targetOf(command: string, values: Values, want: Want = 'any', en
       if (values[flag] !== undefined)
         throw usageError(`${command}: --${flag} is for Redis; with ${databaseFrom}, leave it out.`);
     }
-    if (!/^postgres(ql)?:\/\//.test(databaseUrl)) {
-      throw usageError(`${command}: ${databaseFrom} ${JSON.stringify(redact(databaseUrl))} is not a postgres:// URL.`);
-    }
-    const schema = str(values.schema);
-    if (schema !== undefined && (schema.length === 0 || schema.includes('\0'))) {
-      throw usageError(`${command}: --schema must be a schema name.`);
-    }
-    return { kind: 'postgresql', url: databaseUrl, schema };
+    return sqlTarget(command, values, databaseUrl, databaseFrom);
   }
-  if (want === 'postgresql') {
-    throw usageError(`${command} is for PostgreSQL: pass --database-url URL (or set ${URL_ENV.postgresql}).`);
-  }
-  if (values.schema !== undefined) {
-    throw usageError(`${command}: --schema is for PostgreSQL; for Redis, --prefix names the store's keys.`);
+  if (want === 'sql') throw usageError(sqlOnly(command));
+  for (const flag of ['schema', 'sqlite-client'] as const) {
+    if (values[flag] !== undefined) {
+      throw usageError(`${command}: --${flag} is for --database-url; for Redis, --prefix names the store's keys.`);
+    }
   }
   const urls = redisFlags.flatMap((flag) => flag.split(',')).map((u) => u.trim());
   for (const url of urls) {
@@ -155,6 +160,84 @@ export function targetOf(command: string, values: Values, want: Want = 'any', en
   return { kind: 'redis', urls, cluster, client, prefix };
 }
 
+const DATABASE_URLS =
+  'postgres://user:password@host:port/db, mysql://user:password@host:port/db, or sqlite:path (file:path) for a SQLite file';
+
+/**
+ * The SQL database a --database-url names: PostgreSQL, MySQL/MariaDB or a
+ * SQLite file, with the flags that only some of them take. @throws CliError (exit 2).
+ */
+function sqlTarget(command: string, values: Values, url: string, from: string): SqlTarget {
+  const shown = `${from} ${JSON.stringify(redact(url))}`;
+  const schema = str(values.schema);
+  const sqliteClient = str(values['sqlite-client']);
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
+  const dialect =
+    scheme === 'postgres' || scheme === 'postgresql'
+      ? 'PostgreSQL'
+      : scheme === 'mysql'
+        ? 'MySQL'
+        : scheme === 'sqlite' || scheme === 'file'
+          ? 'SQLite'
+          : undefined;
+  if (dialect === undefined) throw usageError(`${command}: ${shown} is not a database URL: pass ${DATABASE_URLS}.`);
+  if (dialect !== 'PostgreSQL' && schema !== undefined) {
+    throw usageError(
+      `${command}: --schema is for PostgreSQL; on ${dialect} the table is in ${dialect === 'MySQL' ? "the URL's database (mysql://host/db)" : 'the file itself'}: leave --schema out.`,
+    );
+  }
+  if (dialect !== 'SQLite' && sqliteClient !== undefined) {
+    throw usageError(`${command}: --sqlite-client is for a SQLite file (sqlite:path); with ${dialect}, leave it out.`);
+  }
+  if (dialect === 'PostgreSQL') {
+    if (!/^postgres(ql)?:\/\/[^/]/.test(url)) {
+      throw usageError(`${command}: ${shown} is not a postgres:// URL: pass postgres://user:password@host:port/db.`);
+    }
+    if (schema !== undefined && (schema.length === 0 || schema.includes('\0'))) {
+      throw usageError(`${command}: --schema must be a schema name.`);
+    }
+    return { kind: 'postgresql', url, schema };
+  }
+  if (dialect === 'MySQL') {
+    let database = '';
+    try {
+      const u = new URL(url);
+      database = u.host === '' ? '' : decodeURIComponent(u.pathname.slice(1));
+    } catch {}
+    if (database === '' || database.includes('/')) {
+      throw usageError(
+        `${command}: ${shown} names no database: pass mysql://user:password@host:port/db (the database that holds the idempotency_keys table).`,
+      );
+    }
+    return { kind: 'mysql', url, database };
+  }
+  if (sqliteClient !== undefined && sqliteClient !== 'better-sqlite3' && sqliteClient !== 'libsql') {
+    throw usageError(`${command}: --sqlite-client ${JSON.stringify(sqliteClient)}: pass better-sqlite3 or libsql.`);
+  }
+  const path = sqlitePath(url);
+  if (path === undefined) {
+    throw usageError(
+      `${command}: ${shown} names no SQLite file: pass sqlite:path or file:path (sqlite:./app.db, sqlite:/var/lib/app.db, file:///var/lib/app.db); an in-memory database would be empty.`,
+    );
+  }
+  return { kind: 'sqlite', path, client: sqliteClient };
+}
+
+/** The file of `sqlite:path` or `file:path` (`sqlite:///abs`, `file:///abs` as URLs); undefined when none, or in memory. */
+function sqlitePath(url: string): string | undefined {
+  const rest = url.slice(url.indexOf(':') + 1);
+  let path = rest;
+  if (rest.startsWith('//')) {
+    try {
+      path = fileURLToPath(`file:${rest}`);
+    } catch {
+      return undefined;
+    }
+  }
+  if (path === '' || path.includes('\0') || path.startsWith(':memory:')) return undefined;
+  return path;
+}
+
 const isMissing = (error: unknown, name: string): boolean => {
   const code = (error as { code?: unknown } | null)?.code;
   return (
@@ -164,8 +247,19 @@ const isMissing = (error: unknown, name: string): boolean => {
   );
 };
 
+/** Whether a peer dependency is installed here (it loads), to choose between two drivers. */
+export async function installed(name: string, load: () => Promise<unknown>): Promise<boolean> {
+  try {
+    await load();
+    return true;
+  } catch (error) {
+    if (isMissing(error, name)) return false;
+    throw error;
+  }
+}
+
 /** A peer dependency, imported now; missing, a message that says what to install. */
-async function peer<T>(name: string, load: () => Promise<T>, purpose: string, missing?: string): Promise<T> {
+export async function peer<T>(name: string, load: () => Promise<T>, purpose: string, missing?: string): Promise<T> {
   try {
     return await load();
   } catch (error) {
@@ -180,12 +274,12 @@ async function peer<T>(name: string, load: () => Promise<T>, purpose: string, mi
   }
 }
 
-const message = (error: unknown): string => {
+export const message = (error: unknown): string => {
   if (error instanceof AggregateError && error.errors.length > 0) return message(error.errors[0]);
   return error instanceof Error ? error.message : String(error);
 };
 
-function unreachable(what: string, where: string, error: unknown): CliError {
+export function unreachable(what: string, where: string, error: unknown): CliError {
   return new CliError(`cannot reach ${what} at ${where}: ${message(error) || 'connection failed'}`, EXIT.failure);
 }
 
@@ -194,17 +288,8 @@ export async function connectRedis(target: RedisTarget, restartFence = false): P
   const { redisStore } = await import('../stores/redis/store.js');
   const where = target.urls.map(redact).join(',') + (target.cluster ? ' (cluster)' : '');
   const what = target.cluster ? 'the Redis Cluster' : 'Redis';
-  let library = target.client;
-  if (library === undefined) {
-    // ioredis if the project has it, node-redis otherwise
-    library = 'ioredis';
-    try {
-      await import('ioredis');
-    } catch (error) {
-      if (!isMissing(error, 'ioredis')) throw error;
-      library = 'node-redis';
-    }
-  }
+  // ioredis if the project has it, node-redis otherwise
+  const library = target.client ?? ((await installed('ioredis', () => import('ioredis'))) ? 'ioredis' : 'node-redis');
   let client: unknown;
   let close: () => Promise<void>;
   if (library === 'ioredis') {
@@ -319,66 +404,4 @@ function credentials(url: string): { username?: string; password?: string; tls?:
   if (u.password !== '') out.password = decodeURIComponent(u.password);
   if (u.protocol === 'rediss:') out.tls = {};
   return out;
-}
-
-/** A schema name as the search_path setting reads it: quoted, with the spaces escaped for the startup options. */
-const searchPathOption = (schema: string) =>
-  `-c search_path=${`"${schema.replaceAll('"', '""')}"`.replace(/[\\ ]/g, '\\$&')}`;
-
-/**
- * Connects to PostgreSQL through pg and drizzle-orm/node-postgres, and makes
- * the store on it. With `table`, checks that the idempotency_keys table is
- * on the search_path (every command but migrate).
- */
-export async function connectPostgres(target: PostgresTarget, table: boolean): Promise<PostgresConnection> {
-  const pgModule = await peer('pg', () => import('pg'), '--database-url');
-  // pg is CommonJS: its exports are the default export of the ESM import
-  const pg = (pgModule as unknown as { default?: typeof pgModule }).default ?? pgModule;
-  const { drizzle } = await peer('drizzle-orm', () => import('drizzle-orm/node-postgres'), '--database-url');
-  const { drizzleStore } = await import('../stores/drizzle/store.js');
-  const where = redact(target.url) + (target.schema === undefined ? '' : `, schema ${target.schema}`);
-  const pool = new pg.Pool({
-    connectionString: target.url,
-    max: 2,
-    connectionTimeoutMillis: CONNECT_TIMEOUT,
-    // an operator's command waits at most this long on a statement or a row lock, never forever
-    statement_timeout: 30_000,
-    lock_timeout: 10_000,
-    ...(target.schema === undefined ? {} : { options: searchPathOption(target.schema) }),
-  });
-  pool.on('error', () => {});
-  const query = async (text: string) => (await pool.query(text)).rows as Record<string, unknown>[];
-  try {
-    await query('select 1');
-  } catch (error) {
-    await pool.end().catch(() => {});
-    throw unreachable('PostgreSQL', redact(target.url), error);
-  }
-  if (table) {
-    let row: Record<string, unknown> | undefined;
-    try {
-      [row] = await query("select to_regclass('idempotency_keys') is not null as found, current_schema() as schema");
-    } catch (error) {
-      await pool.end().catch(() => {});
-      throw error;
-    }
-    if (row?.found !== true) {
-      await pool.end().catch(() => {});
-      const at = target.schema ?? (row?.schema === null ? "the server's search_path (no schema)" : String(row?.schema));
-      throw new CliError(
-        `PostgreSQL at ${redact(target.url)} has no idempotency_keys table in ${at}: pass the application's --schema, or create it with ${'`trpc-idempotency migrate`'}.`,
-        EXIT.failure,
-      );
-    }
-  }
-  const db = drizzle(pool);
-  return {
-    store: drizzleStore({ db }),
-    db,
-    query,
-    where,
-    close: async () => {
-      await pool.end().catch(() => {});
-    },
-  };
 }

@@ -66,8 +66,16 @@ export interface Named {
 /** Where a record was looked up: the store's address (with its prefix or schema), and its kind. */
 export interface Lookup {
   where: string;
-  store: 'redis' | 'postgresql';
+  store: 'redis' | 'postgresql' | 'mysql' | 'sqlite';
 }
+
+/** Why a record can be absent from the store that was read: another prefix, schema, database or file. */
+const ELSEWHERE: Record<Lookup['store'], string> = {
+  redis: "A record under another --prefix is another record (an ioredis client's keyPrefix goes in front of it).",
+  postgresql: 'A record in another --schema is another record.',
+  mysql: "A record in another database (the URL's /db) is another record.",
+  sqlite: 'A record in another file is another record.',
+};
 
 /**
  * Why a record the operator expected may read absent: it was looked up under
@@ -76,10 +84,7 @@ export interface Lookup {
  */
 export function absentHint(rec: InspectedRecord, named: Named | undefined, lookup: Lookup): string | undefined {
   if (rec.state !== 'absent' || rec.steps.length > 0) return undefined;
-  const store =
-    lookup.store === 'redis'
-      ? "A record under another --prefix is another record (an ioredis client's keyPrefix goes in front of it)."
-      : 'A record in another --schema is another record.';
+  const store = ELSEWHERE[lookup.store];
   if (named?.key === undefined) return store;
   const scope =
     named.scope === undefined

@@ -9,7 +9,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { chmodSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync } from 'node:fs';
 import { initTRPC } from '@trpc/server';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Cluster } from 'ioredis';
@@ -21,10 +21,14 @@ import { drizzleStore } from '../../src/drizzle.js';
 import { withIdempotency } from '../../src/index.js';
 import { redisStore } from '../../src/redis.js';
 import { PACKAGE_MIGRATIONS } from '../../src/stores/drizzle/embedded-migrations.js';
+import { MYSQL_MIGRATIONS } from '../../src/stores/drizzle/mysql/embedded-migrations.js';
+import { SQLITE_MIGRATIONS } from '../../src/stores/drizzle/sqlite/embedded-migrations.js';
+import { isolatedDatabase, MYSQL_URL } from '../helpers/mysql.js';
 import { DATABASE_URL, isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { claimWithSteps } from '../helpers/records.js';
 import { connectRedis, deleteByPrefix, REDIS_URL, sleep, uniquePrefix } from '../helpers/redis.js';
 import { type PrivateCluster, startPrivateCluster } from '../helpers/redis-server.js';
+import { sqliteFile } from '../helpers/sqlite.js';
 import { type BuiltCli, buildCli, REPO } from './built-cli.js';
 
 let cli: BuiltCli;
@@ -496,6 +500,192 @@ describe('PostgreSQL only', () => {
   });
 });
 
+/**
+ * MySQL/MariaDB and SQLite: one pass each through every command, on a database of its own (not as KINDS,
+ * which would run every test above again on each: the admin and the CLI's commands are the same code).
+ */
+interface Dialect {
+  name: string;
+  /** A database of its own, without the table; `flags` name it for the CLI. */
+  open(): Promise<{ flags: string[]; store: () => IdempotencyStore; migrations: number; drop(): Promise<void> }>;
+  /** Where migrate says the table went. */
+  where: RegExp;
+  /** --database-url values refused before any connection, and what the refusal says. */
+  refused: [string[], RegExp][];
+}
+
+const DIALECTS: Dialect[] = [
+  {
+    name: 'MariaDB (mysql2)',
+    async open() {
+      const fresh = await isolatedDatabase('cli', 2, false);
+      return {
+        flags: ['--database-url', fresh.url],
+        store: () => drizzleStore({ db: fresh.db }),
+        migrations: MYSQL_MIGRATIONS.length,
+        drop: () => fresh.drop(),
+      };
+    },
+    where: /The idempotency_keys table is in database idem_cli_/,
+    refused: [
+      [
+        ['--database-url', MYSQL_URL, '--schema', 'app'],
+        /--schema is for PostgreSQL; on MySQL the table is in the URL's database/,
+      ],
+      [
+        ['--database-url', 'mysql://root:secret@127.0.0.1:3306'],
+        /"mysql:\/\/root:\*\*\*@127\.0\.0\.1:3306" names no database: pass mysql:\/\/user:password@host:port\/db/,
+      ],
+      [
+        ['--database-url', MYSQL_URL, '--sqlite-client', 'libsql'],
+        /--sqlite-client is for a SQLite file .*leave it out/,
+      ],
+    ],
+  },
+  {
+    name: 'SQLite (better-sqlite3, and libSQL)',
+    async open() {
+      const fresh = await sqliteFile('cli', false);
+      return {
+        flags: ['--database-url', `sqlite:${fresh.path}`],
+        store: () => drizzleStore({ db: fresh.better() }),
+        migrations: SQLITE_MIGRATIONS.length,
+        drop: async () => fresh.drop(),
+      };
+    },
+    where: /The idempotency_keys table is in the file \/.*idempotency\.db\./,
+    refused: [
+      [
+        ['--database-url', 'sqlite:app.db', '--schema', 'main'],
+        /--schema is for PostgreSQL; on SQLite the table is in the file itself/,
+      ],
+      [
+        ['--database-url', 'sqlite::memory:'],
+        /names no SQLite file: pass sqlite:path or file:path .*an in-memory database would be empty/,
+      ],
+      [['--database-url', 'sqlite:'], /names no SQLite file/],
+      [
+        ['--database-url', 'sqlite:app.db', '--sqlite-client', 'sqlite3'],
+        /--sqlite-client "sqlite3": pass better-sqlite3 or libsql/,
+      ],
+    ],
+  },
+];
+
+describe.each(DIALECTS)('on $name', (dialect) => {
+  it('migrate, inspect, release, stuck, stats and purge through the CLI; its flags refused with what to pass', async () => {
+    const fresh = await dialect.open();
+    try {
+      const flags = fresh.flags;
+      const before = await cli.run(['inspect', ...flags, '--procedure', 'p', '--key', 'k']);
+      expect(before.code).toBe(1);
+      expect(before.stderr).toMatch(/no idempotency_keys table.*create it with `trpc-idempotency migrate`/);
+
+      const first = await cli.json<Json>(['migrate', ...flags]);
+      expect(first.code).toBe(0);
+      expect(first.doc).toMatchObject({ applied: fresh.migrations, table: 'idempotency_keys' });
+      const second = await cli.run(['migrate', ...flags]);
+      expect(second.code).toBe(0);
+      expect(second.stdout).toContain('Up to date: no migration applied (journal __trpc_idempotency_migrations).');
+      expect(second.stdout).toMatch(dialect.where);
+
+      const store = fresh.store();
+      const p = procedure();
+      const held = recordId('u1', p, 'k-held');
+      await claimWithSteps(store, held, { token: 'attempt-1', lockTtl: 60_000, ttl: 600_000 });
+      await completed(store, recordId('u1', p, 'k-done'), '{"charge":"ch_1"}', 'completed');
+      const claim = await cli.json<Json>(['inspect', ...flags, '--scope', 'u1', '--procedure', p, '--key', 'k-held']);
+      expect(claim.code).toBe(0);
+      expect(claim.doc).toMatchObject({ state: 'in_progress', token: 'attempt-1', live: true, steps: [{ name: 's' }] });
+      const done = await cli.run(['inspect', ...flags, '--scope', 'u1', '--procedure', p, '--key', 'k-done', '--body']);
+      expect(done.code).toBe(0);
+      expect(done.stdout).toMatch(/state +completed: a stored result/);
+      expect(done.stdout).toContain('body         {"charge":"ch_1"}');
+
+      const stuck = await cli.json<Json>(['stuck', ...flags, '--older-than', '0']);
+      expect(stuck.code).toBe(0);
+      expect(stuck.doc.records).toMatchObject([{ id: held, state: 'in_progress', live: true }]);
+      const stats = await cli.json<Json>(['stats', ...flags]);
+      expect(stats.doc).toMatchObject({ byState: { in_progress: 1, completed: 1, failed: 0 }, complete: true });
+
+      const dry = await cli.json<Json>(['release', ...flags, '--id', recordId('u1', p, 'k-done'), '--outcome']);
+      expect(dry.code).toBe(3);
+      expect(dry.doc).toMatchObject({ done: false, reason: 'unconfirmed' });
+      const forgotten = await cli.json<Json>([
+        'release',
+        ...flags,
+        '--id',
+        recordId('u1', p, 'k-done'),
+        '--outcome',
+        '--confirm',
+      ]);
+      expect(forgotten.code).toBe(0);
+      expect(forgotten.doc.event).toMatchObject({ result: 'forgotten' });
+      const live = await cli.run(['release', ...flags, '--id', held, '--confirm']);
+      expect(live.code).toBe(3);
+      const forced = await cli.json<Json>(['release', ...flags, '--id', held, '--force', '--steps']);
+      expect(forced.code).toBe(0);
+      expect(forced.doc.event).toMatchObject({ result: 'released', reason: 'operator_forced' });
+      expect((await cli.run(['inspect', ...flags, '--id', held])).code).toBe(4);
+
+      // expired by the time the CLI runs: a claim of 1 ms, an outcome kept 1 ms
+      await store.claim({ id: recordId(undefined, p, 'old-claim'), fingerprint: 'fp', token: 'a', lockTtl: 1 });
+      await store.claim({ id: recordId(undefined, p, 'old'), fingerprint: 'fp', token: 'b', lockTtl: 5_000 });
+      const old = { id: recordId(undefined, p, 'old'), fingerprint: 'fp', token: 'b', body: '1', ttl: 1 };
+      expect(await store.complete({ ...old, state: 'completed' })).toBe('stored');
+      await completed(store, recordId(undefined, p, 'kept'), '1', 'completed');
+      const purged = await cli.json<Json>(['purge', ...flags, '--batch-size', '1']);
+      expect(purged.code).toBe(0);
+      expect(purged.doc.purged).toBe(2);
+      expect((await cli.run(['inspect', ...flags, '--procedure', p, '--key', 'kept'])).code).toBe(0);
+
+      for (const [args, message] of [
+        ...dialect.refused,
+        [
+          ['migrate', ...flags, '--migrations-schema', 'x'],
+          /--migrations-schema is for PostgreSQL; on (MySQL|SQLite) the journal is in/,
+        ],
+      ] as [string[], RegExp][]) {
+        const command = args[0] === 'migrate' ? [] : ['stats'];
+        const refused = await cli.run([...command, ...args]);
+        expect(refused.code, args.join(' ')).toBe(2);
+        expect(refused.stderr, args.join(' ')).toMatch(message);
+        expect(refused.stdout).toBe('');
+      }
+    } finally {
+      await fresh.drop();
+    }
+  });
+});
+
+describe('SQLite only', () => {
+  it('libSQL reads the file better-sqlite3 wrote, named by a file: URL; a missing file is never created', async () => {
+    const file = await sqliteFile('cli_libsql');
+    try {
+      const id = recordId(undefined, procedure(), 'k');
+      await completed(drizzleStore({ db: file.better() }), id, '12', 'completed');
+      const read = await cli.json<Json>([
+        'inspect',
+        '--database-url',
+        `file://${file.path}`,
+        '--sqlite-client',
+        'libsql',
+        '--id',
+        id,
+      ]);
+      expect(read.code).toBe(0);
+      expect(read.doc).toMatchObject({ state: 'completed', bytes: 2 });
+      const missing = `${file.path}-missing`;
+      const absent = await cli.run(['stats', '--database-url', `sqlite:${missing}`]);
+      expect(absent.code).toBe(1);
+      expect(absent.stderr).toContain(`no SQLite file at ${missing}: check the path`);
+      expect(existsSync(missing)).toBe(false);
+    } finally {
+      file.drop();
+    }
+  });
+});
+
 describe('Redis only', () => {
   it("initialize writes the restart fence's markers once", async () => {
     const fence = `${prefix}fence:`;
@@ -584,14 +774,14 @@ describe('the command line', () => {
     expect(initialized.doc).toEqual({ written: 1, prefix: `${prefix}env:` });
 
     // a bad value is named by its variable
-    const bad = await cli.run(['stats'], { env: { TRPC_IDEMPOTENCY_DATABASE_URL: 'mysql://u:secret@db/app' } });
+    const bad = await cli.run(['stats'], { env: { TRPC_IDEMPOTENCY_DATABASE_URL: 'mongodb://u:secret@db/app' } });
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(
-      /stats: TRPC_IDEMPOTENCY_DATABASE_URL "mysql:\/\/u:\*\*\*@db\/app" is not a postgres:\/\/ URL/,
+      /stats: TRPC_IDEMPOTENCY_DATABASE_URL "mongodb:\/\/u:\*\*\*@db\/app" is not a database URL: pass postgres:\/\/.*, mysql:\/\/.*, or sqlite:path/,
     );
     const wrongStore = await cli.run(['migrate'], { env: redisOnly });
     expect(wrongStore.stderr).toMatch(
-      /migrate is for PostgreSQL: pass --database-url URL \(or set TRPC_IDEMPOTENCY_DATABASE_URL\)/,
+      /migrate is for the SQL databases \(PostgreSQL, MySQL\/MariaDB, SQLite\): pass --database-url URL \(or set TRPC_IDEMPOTENCY_DATABASE_URL\)/,
     );
   });
 
@@ -617,7 +807,7 @@ describe('the command line', () => {
         /--older-than "5 minutes" is not a duration: pass 500ms, 30s, 5m, 2h/,
       ],
       [['stats', ...redisFlags, '--max', '0'], /--max "0" is not a whole number of at least 1/],
-      [['migrate', ...redisFlags], /migrate is for PostgreSQL: pass --database-url URL/],
+      [['migrate', ...redisFlags], /migrate is for the SQL databases .*: pass --database-url URL/],
       [['purge', '--database-url', DATABASE_URL, '--cluster'], /--cluster is for Redis/],
       [['initialize', '--database-url', DATABASE_URL], /initialize is for Redis: pass --redis URL/],
       [['inspect', '--redis', 'localhost:6379', '--id', 'x'], /is not a redis:\/\/ or rediss:\/\/ URL/],
