@@ -188,7 +188,7 @@ describe('docs/workers.md inside workerd, with the packed library', () => {
   });
 
   for (const w of WORKERS) {
-    it(`${w.name} (compatibility date ${w.date}): first call, replay, 422, 409, no key, batch of 3 and its replay, the key header twice`, async () => {
+    it(`${w.name} (compatibility date ${w.date}): ${w.nodeModules ? 'AsyncLocalStorage' : 'no AsyncLocalStorage, transactional mode refused'}; first call, replay, 422, 409, no key, batch of 3 and its replay, the key header twice`, async () => {
       const base = bases[w.name]!;
       const found = (await stats(base)) as Awaited<ReturnType<typeof stats>> & {
         nodeModules: boolean;
@@ -198,6 +198,15 @@ describe('docs/workers.md inside workerd, with the packed library', () => {
         nodeModules: w.nodeModules,
         asyncLocalStorage: w.nodeModules,
       });
+      // transactional mode: refused without AsyncLocalStorage, at the engine's creation
+      const transactional = (await (await fetch(`${base}/transactional`)).json()) as {
+        result: { data: { refused: string | null } };
+      };
+      if (w.nodeModules) expect(transactional.result.data.refused).toBeNull();
+      else
+        expect(transactional.result.data.refused).toMatch(
+          /^IdempotencyConfigError: idempotency options: transaction: true needs AsyncLocalStorage.*nodejs_compat/,
+        );
       const started = performance.now();
       const outcomes = await scenario(base);
       const ms = Math.round(performance.now() - started);

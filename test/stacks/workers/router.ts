@@ -6,7 +6,13 @@
  * I/O: a Worker's global scope may not set timers or make random values.
  */
 import { initTRPC } from '@trpc/server';
-import { idempotencyErrorFormatter, withIdempotency } from 'trpc-idempotency';
+import {
+  createIdempotencyEngine,
+  type IdempotencyStore,
+  idempotencyErrorFormatter,
+  memoryStore,
+  withIdempotency,
+} from 'trpc-idempotency';
 import { z } from 'zod';
 
 let executions = 0;
@@ -44,5 +50,16 @@ export const appRouter = t.router({
     return resolve !== undefined;
   }),
   stats: t.procedure.query(() => ({ executions, holding: [...held.keys()], ...runtime() })),
+  // An engine in transactional mode, on a store that has transactions (never run): refused where the
+  // runtime has no AsyncLocalStorage, through which the store would find the run's transaction.
+  transactional: t.procedure.query(() => {
+    const transaction = (() => Promise.reject(new Error('not run'))) as NonNullable<IdempotencyStore['transaction']>;
+    try {
+      createIdempotencyEngine({ store: Object.assign(memoryStore(), { transaction }), transaction: true });
+      return { refused: null };
+    } catch (error) {
+      return { refused: `${(error as Error).name}: ${(error as Error).message}` };
+    }
+  }),
 });
 export type AppRouter = typeof appRouter;
