@@ -4,8 +4,11 @@
  * runtime. Each primitive gives the same answer in both, so a record written by a Worker is read the
  * same by a Node process (fingerprints, step keys, key hashes, sizes). And EntryTimers, the timer
  * queue of the Web one, keeps TimerQueue's contract: each entry fires once its delay has passed,
- * never once removed.
+ * never once removed. And the client, which browsers load, reaches neither: no `node:` module, no
+ * #platform.
  */
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
 import { describe, expect, it, vi } from 'vitest';
 import * as node from '../../src/core/platform/node.js';
 import * as web from '../../src/core/platform/web.js';
@@ -108,5 +111,24 @@ describe('EntryTimers', () => {
     } finally {
       await useRealTime();
     }
+  });
+});
+
+describe('the client (trpc-idempotency/client)', () => {
+  it('bundles for a browser without a node: module and without #platform', async () => {
+    const result = await build({
+      entryPoints: [fileURLToPath(new URL('../../src/client.ts', import.meta.url))],
+      bundle: true,
+      write: false,
+      format: 'esm',
+      platform: 'browser',
+      external: ['@trpc/*'],
+      metafile: true,
+      logLevel: 'silent',
+    });
+    const inputs = Object.keys(result.metafile.inputs);
+    expect(inputs.filter((file) => file.includes('/platform/') || file.includes('@noble'))).toEqual([]);
+    const imports = Object.values(result.metafile.outputs).flatMap((output) => output.imports.map((i) => i.path));
+    expect(imports.filter((path) => !path.startsWith('@trpc/'))).toEqual([]);
   });
 });
