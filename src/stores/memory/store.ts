@@ -96,14 +96,19 @@ export interface MemoryStore extends IdempotencyStore {
 
 const recordBytes = (id: string, fingerprint: string, token: string, body: string | undefined) =>
   ENTRY_OVERHEAD + id.length + fingerprint.length + token.length + (body?.length ?? 0);
-/** A record's bytes, counted from its fields (never changed once written), so it keeps no count of its own. */
-/** An interval that keeps no process alive (where timers can be unref'd: Node.js, Bun, Deno). */
-function sweepTimer(fn: () => void, ms: number): ReturnType<typeof setInterval> {
-  const timer = setInterval(fn, ms);
-  (timer as { unref?: () => void }).unref?.();
-  return timer;
+/** The sweep's interval, which keeps no process alive (unref'd where timers can be); undefined if none may be set. */
+function sweepTimer(fn: () => void, ms: number): ReturnType<typeof setInterval> | undefined {
+  try {
+    const timer = setInterval(fn, ms);
+    (timer as { unref?: () => void }).unref?.();
+    return timer;
+  } catch {
+    // Cloudflare Workers: "Disallowed operation called within global scope"
+    return undefined;
+  }
 }
 
+/** A record's bytes, counted from its fields (never changed once written), so it keeps no count of its own. */
 const bytesOf = (id: string, rec: MemoryRecord) => recordBytes(id, rec.fingerprint, rec.token, rec.body);
 
 /**
@@ -160,16 +165,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // then a sweep would find nothing, so a full store does not scan all its
   // records on every claim.
   let nextExpiry = Number.POSITIVE_INFINITY;
-  // The sweep's timer, armed by the first write (see expiring), and whether close() stopped it.
-  let timer: ReturnType<typeof setInterval> | undefined;
-  let closed = false;
   const expiring = (expiresAt: number) => {
-    if (expiresAt < nextExpiry) {
-      nextExpiry = expiresAt;
-      // The first write arms the sweep (every later one finds it armed): not at creation, since a
-      // Cloudflare Worker may not set a timer in its global scope, where a router and its store are made.
-      if (timer === undefined && !closed) timer = sweepTimer(() => sweep(), sweepInterval);
-    }
+    if (expiresAt < nextExpiry) nextExpiry = expiresAt;
   };
   const sweep = (t = now()) => {
     if (t < nextExpiry) return;
@@ -184,6 +181,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
     nextExpiry = earliest;
   };
+  // Undefined where no timer may be set here: a Cloudflare Worker's global scope, where a router and its
+  // store are made. Expired records are then dropped when read, and swept when the store is full.
+  const timer = sweepTimer(() => sweep(), sweepInterval);
 
   /**
    * Makes room, at time `t`, for `more` entries and `moreBytes` bytes of the scope `owner` (absent:
@@ -383,7 +383,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     },
 
     close() {
-      closed = true;
       if (timer !== undefined) clearInterval(timer);
     },
   };
