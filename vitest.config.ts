@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 // Two suites, one vitest project each (`npx vitest run <file>` runs a file of either):
@@ -10,6 +11,8 @@ import { defineConfig } from 'vitest/config';
 // The example app's end-to-end suite, the fault suite and the stacks suite (with the CLI's tests) have
 // configs of their own.
 export default defineConfig({
+  // #platform (package.json "imports"): from source, Node's primitives, as tsconfig.json's paths say.
+  resolve: { alias: { '#platform': fileURLToPath(new URL('./src/core/platform/node.ts', import.meta.url)) } },
   test: {
     testTimeout: 30_000,
     hookTimeout: 30_000,

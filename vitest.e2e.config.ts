@@ -1,7 +1,10 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 // npm run test:e2e: the example app, as separate processes, over HTTP and in a browser.
 export default defineConfig({
+  // #platform (package.json "imports"): from source, Node's primitives, as tsconfig.json's paths say.
+  resolve: { alias: { '#platform': fileURLToPath(new URL('./src/core/platform/node.ts', import.meta.url)) } },
   test: {
     include: ['test/e2e/**/*.test.ts'],
     testTimeout: 120_000,

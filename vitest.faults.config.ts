@@ -1,8 +1,11 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 // npm run test:faults: faults injected into Redis, PostgreSQL and MariaDB servers the tests start themselves,
 // load, Redis Cluster, hostile input and security.
 export default defineConfig({
+  // #platform (package.json "imports"): from source, Node's primitives, as tsconfig.json's paths say.
+  resolve: { alias: { '#platform': fileURLToPath(new URL('./src/core/platform/node.ts', import.meta.url)) } },
   test: {
     include: ['test/faults/**/*.test.ts'],
     testTimeout: 180_000,

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 // npx vitest run --config vitest.stacks.config.ts: the packed library inside apps of other stacks
@@ -5,6 +6,8 @@ import { defineConfig } from 'vitest/config';
 // and the operator CLI (test/cli), compiled and spawned against Redis, a Cluster and PostgreSQL: like the
 // stacks, it waits on child processes, so it runs here, beside e2e and faults, off the live suite's path.
 export default defineConfig({
+  // #platform (package.json "imports"): from source, Node's primitives, as tsconfig.json's paths say.
+  resolve: { alias: { '#platform': fileURLToPath(new URL('./src/core/platform/node.ts', import.meta.url)) } },
   test: {
     include: ['test/stacks/**/*.test.ts', 'test/cli/**/*.test.ts'],
     testTimeout: 120_000,

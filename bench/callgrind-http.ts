@@ -127,6 +127,9 @@ interface Measured {
 try {
   mkdirSync(join(out, 'bench'));
   cpSync(process.env.DIST ?? join(repo, 'dist'), join(out, 'dist'), { recursive: true });
+  // dist/ resolves #platform through its package's "imports" (Node's primitives under the `node` condition)
+  const { imports } = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { imports: unknown };
+  writeFileSync(join(out, 'package.json'), `${JSON.stringify({ type: 'module', imports }, null, 2)}\n`);
   symlinkSync(join(repo, 'node_modules'), join(out, 'node_modules'));
   symlinkSync(join(repo, 'bench/node_modules'), join(out, 'bench/node_modules'));
   execFileSync(

@@ -30,7 +30,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -93,6 +93,9 @@ function copyBuild(dir: string, label: string, into: string): string {
   mkdirSync(join(into, label));
   cpSync(resolvePath(dir), target, { recursive: true });
   symlinkSync(join(repo, 'node_modules'), join(into, label, 'node_modules'));
+  // the build resolves #platform through its package's "imports" (package.json)
+  const { imports } = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { imports: unknown };
+  writeFileSync(join(into, label, 'package.json'), `${JSON.stringify({ type: 'module', imports }, null, 2)}\n`);
   return target;
 }
 

@@ -1,3 +1,4 @@
+import { utf8Length } from '#platform';
 import { hashRecordId, type IdempotencyEvent, type IdempotencyEventHandler } from './events.js';
 import { IdempotencyConfigError } from './idempotency-error.js';
 import { checkWholeNumber } from './options.js';
@@ -151,7 +152,7 @@ export interface IdempotencyAdminOptions {
 }
 
 /** The sizes of the markers stored for an outcome that ran but could not be kept. */
-const MARKER_BYTES = new Set([Buffer.byteLength(UNREPLAYABLE_BODY), Buffer.byteLength(TOO_LARGE_BODY)]);
+const MARKER_BYTES = new Set([utf8Length(UNREPLAYABLE_BODY), utf8Length(TOO_LARGE_BODY)]);
 const emptyCounts = (): Record<RecordState, number> => ({ in_progress: 0, completed: 0, failed: 0 });
 
 /**

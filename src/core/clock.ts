@@ -1,5 +1,4 @@
-// Imported: in Node 20 the global `performance` is an accessor.
-import { performance } from 'node:perf_hooks';
+import { realClock as platformClock } from '#platform';
 
 /**
  * The engine's time, from one source: its timers, its monotonic clock and its wall clock. The
@@ -24,18 +23,5 @@ export interface EngineClock {
   setImmediate(fn: () => void): void;
 }
 
-/** Node's clocks and timers: the default. */
-export const realClock: EngineClock = {
-  now: () => performance.now(),
-  timeOrigin: performance.timeOrigin,
-  wallNow: () => Date.now(),
-  setTimeout(fn, ms) {
-    const timer = setTimeout(fn, ms);
-    timer.unref();
-    return timer;
-  },
-  clearTimeout: (timer) => clearTimeout(timer as NodeJS.Timeout),
-  setImmediate(fn) {
-    setImmediate(fn);
-  },
-};
+/** The runtime's clocks and timers (#platform: Node's, or Web standards'): the default. */
+export const realClock: EngineClock = platformClock;

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomUUID, utf8Length } from '#platform';
 import type { Attempt } from './attempt.js';
 import { type EngineClock, realClock } from './clock.js';
 import { hashRecordId, type IdempotencyEvent } from './events.js';
@@ -163,7 +163,7 @@ export function createEngine(
     const body = stored.body ?? '';
     const marker = state === 'failed' ? markerOf(body) : undefined;
     if (onEvent !== undefined) {
-      const bytes = marker === undefined ? Buffer.byteLength(body) : 0;
+      const bytes = marker === undefined ? utf8Length(body) : 0;
       const reason = marker === undefined ? {} : { reason: marker };
       emit({ result: 'replayed', name: attempt.name, keyHash: attempt.keyHash, durationMs, state, bytes, ...reason });
     }

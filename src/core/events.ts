@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { sha256Hex } from '#platform';
 
 /** What a check or a transition ended in. */
 export type IdempotencyEventResult =
@@ -78,7 +78,7 @@ export interface IdempotencyEvent {
 export type IdempotencyEventHandler = (event: IdempotencyEvent) => void;
 
 export function hashRecordId(id: string): string {
-  return createHash('sha256').update(id).digest('hex').slice(0, 16);
+  return sha256Hex(id).slice(0, 16);
 }
 
 /** Name and message only: driver errors can hold command arguments (keys, bodies). */

@@ -1,4 +1,4 @@
-import * as crypto from 'node:crypto';
+import { base64Of, sha256Base64url as sha256 } from '#platform';
 import { IdempotencyError } from './idempotency-error.js';
 
 /** Inputs nested deeper than this are refused rather than risk the stack. */
@@ -44,16 +44,6 @@ const MEMO_WORK = 64;
  */
 export function canonicalize(value: unknown, exclude?: ReadonlySet<string>): string {
   return new Walk(exclude !== undefined && exclude.size > 0 ? exclude : undefined).encode(value);
-}
-
-// crypto.hash (Node >= 20.12) hashes in one call, without a Hash object; a
-// namespace import, since a named one would fail to link on older Node 20.
-const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash;
-
-function sha256(text: string): string {
-  return oneShot === undefined
-    ? crypto.createHash('sha256').update(text).digest('base64url')
-    : oneShot('sha256', text, 'base64url');
 }
 
 /**
@@ -160,11 +150,11 @@ class Walk {
     }
     if (ArrayBuffer.isView(value)) {
       this.work += value.byteLength;
-      return `B${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64')}`;
+      return `B${base64Of(value.buffer, value.byteOffset, value.byteLength)}`;
     }
     if (value instanceof ArrayBuffer) {
       this.work += value.byteLength;
-      return `B${Buffer.from(value).toString('base64')}`;
+      return `B${base64Of(value, 0, value.byteLength)}`;
     }
     const { exclude } = this;
     if (value instanceof Map) {

@@ -1,3 +1,4 @@
+import { utf8Length } from '#platform';
 import { IdempotencyError } from './idempotency-error.js';
 import type { OutcomeCodec } from './outcome-codec.js';
 import type { ExecuteResult } from './types.js';
@@ -71,7 +72,7 @@ export function byteLengthExceeds(body: string, max: number): boolean {
   // A UTF-16 code unit is 1 to 3 UTF-8 bytes: skip the exact count when the length decides.
   if (body.length > max) return true;
   if (body.length * 3 <= max) return false;
-  return Buffer.byteLength(body) > max;
+  return utf8Length(body) > max;
 }
 
 /** What a retry gets from a stored outcome: the first value, the stored error, or the error saying it cannot be replayed. */

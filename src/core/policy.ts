@@ -1,3 +1,4 @@
+import { AsyncContext } from '#platform';
 import type { IdempotencyEventHandler } from './events.js';
 import {
   checkBoolean,
@@ -211,6 +212,14 @@ export function checkTransaction(policy: ResolvedPolicy, store: IdempotencyStore
     throw configError(
       where,
       'transaction: true needs a store with transactions (the Drizzle store); this store has none.',
+    );
+  }
+  // The store finds the run's transaction through AsyncLocalStorage (protected-run.ts): without one it could not.
+  if (policy.transaction && AsyncContext === undefined) {
+    throw configError(
+      where,
+      'transaction: true needs AsyncLocalStorage, which this runtime does not have. ' +
+        'On Cloudflare Workers, enable the nodejs_compat compatibility flag.',
     );
   }
 }

@@ -1,6 +1,7 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import { AsyncContext } from '#platform';
 import type { Attempt } from './attempt.js';
-import { IdempotencyError } from './idempotency-error.js';
+import { IdempotencyConfigError, IdempotencyError } from './idempotency-error.js';
+import type { RunStorage } from './platform/types.js';
 import type { EngineRuntime } from './runtime.js';
 import { signalGetter } from './signal-getter.js';
 import { stepKeyOf } from './step-key.js';
@@ -19,7 +20,28 @@ export interface ProtectedRun extends IdempotencySteps {
 // One instance per process, even if two copies of this package are loaded:
 // the adapter of one copy and the store of another must see the same run.
 const key = Symbol.for('trpc-idempotency.call');
-const registry = globalThis as unknown as Record<symbol, AsyncLocalStorage<ProtectedRun> | undefined>;
+const registry = globalThis as unknown as Record<symbol, RunStorage<ProtectedRun> | undefined>;
+
+/**
+ * Where the runtime has no AsyncLocalStorage (a Cloudflare Worker without nodejs_compat, a browser):
+ * no run is ever current, and what needs one is refused rather than run without it. What is lost
+ * is the transactional mode (a store that finds the run's transaction from deep in the operation:
+ * a transaction held open across awaits cannot be found without an async context).
+ */
+class NoAsyncContext implements RunStorage<ProtectedRun> {
+  getStore(): undefined {
+    return undefined;
+  }
+  run<R>(): R {
+    throw new IdempotencyConfigError(
+      'This store runs the operation inside its transaction (transactional mode), which needs AsyncLocalStorage, ' +
+        'and this runtime has none. On Cloudflare Workers, enable the nodejs_compat compatibility flag.',
+    );
+  }
+  exit<R>(fn: () => R): R {
+    return fn();
+  }
+}
 
 /**
  * The protected run in progress, for code deep in the operation (the Drizzle
@@ -27,7 +49,8 @@ const registry = globalThis as unknown as Record<symbol, AsyncLocalStorage<Prote
  * `next({ ctx })` would copy the context into a plain object, and a context
  * built as a class instance would lose its methods.
  */
-export const currentRun: AsyncLocalStorage<ProtectedRun> = (registry[key] ??= new AsyncLocalStorage<ProtectedRun>());
+export const currentRun: RunStorage<ProtectedRun> = (registry[key] ??=
+  AsyncContext === undefined ? new NoAsyncContext() : new AsyncContext<ProtectedRun>());
 
 type LeaseLike = { readonly signal: AbortSignal; wasLost(): boolean; fenced(): void };
 

@@ -1,6 +1,6 @@
 import { IdempotencyError } from './idempotency-error.js';
 import { describeValue } from './options.js';
-import { byteLengthExceeds } from './outcome.js';
+import { utf8Length, utf8LengthExceeds } from './utf8.js';
 
 /** The longest key accepted, as in the IETF `Idempotency-Key` draft and Stripe. */
 export const MAX_KEY_LENGTH = 255;
@@ -137,10 +137,10 @@ export const MAX_RECORD_ID_BYTES = 2_048;
  */
 export function boundedRecordId(scope: string | undefined, name: string, key: string): string {
   const id = recordId(scope, name, key);
-  if (byteLengthExceeds(id, MAX_RECORD_ID_BYTES)) {
+  if (utf8LengthExceeds(id, MAX_RECORD_ID_BYTES)) {
     throw new IdempotencyError(
       'input_unsupported',
-      `The record's identity (scope, operation name and key, escaped) takes ${Buffer.byteLength(id)} bytes, more than the ${MAX_RECORD_ID_BYTES} a store keeps as a key. ` +
+      `The record's identity (scope, operation name and key, escaped) takes ${utf8Length(id)} bytes, more than the ${MAX_RECORD_ID_BYTES} a store keeps as a key. ` +
         'Use a shorter scope (a user or tenant id, not a token or an object) or a shorter key.',
     );
   }

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hexOf, sha256Bytes } from '#platform';
 import { IdempotencyError } from './idempotency-error.js';
 import { describeValue } from './options.js';
 import { hasLoneSurrogate } from './record-id.js';
@@ -7,10 +7,10 @@ import { hasLoneSurrogate } from './record-id.js';
 
 /** The key a step's downstream call sends: a name-based UUID (version 8, RFC 9562) over SHA-256. */
 export function deriveStepKey(id: string, name: string): string {
-  const hash = createHash('sha256').update(`trpc-idempotency:step\u0000${id}\u0000${name}`).digest();
+  const hash = sha256Bytes(`trpc-idempotency:step\u0000${id}\u0000${name}`);
   hash[6] = (hash[6]! & 0x0f) | 0x80; // version 8
   hash[8] = (hash[8]! & 0x3f) | 0x80; // variant 10
-  const hex = hash.toString('hex', 0, 16);
+  const hex = hexOf(hash, 16);
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 

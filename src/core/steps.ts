@@ -1,3 +1,4 @@
+import { utf8Length } from '#platform';
 import type { Attempt } from './attempt.js';
 import { IdempotencyError, inProgressError, retryable } from './idempotency-error.js';
 import { describeValue } from './options.js';
@@ -77,7 +78,7 @@ export class StepLog {
     const recorded = this.#recorded[index];
     if (recorded !== undefined) {
       if (recorded.name !== name) throw this.#mismatch();
-      this.#bytes += Buffer.byteLength(recorded.body);
+      this.#bytes += utf8Length(recorded.body);
       const value = attempt.codec.deserialize(recorded.body) as T;
       reportStep(runtime, attempt, name, 'resumed', undefined);
       return value;
@@ -126,7 +127,7 @@ export class StepLog {
     } catch (error) {
       throw this.#unrecorded(name, 'its result cannot be serialized', error);
     }
-    const total = this.#bytes + Buffer.byteLength(body);
+    const total = this.#bytes + utf8Length(body);
     if (total > policy.maxResponseBytes) {
       throw this.#unrecorded(
         name,

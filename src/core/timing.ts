@@ -1,4 +1,4 @@
-import { AsyncResource } from 'node:async_hooks';
+import { asyncScope, sharedTimers } from '#platform';
 import { type EngineClock, realClock } from './clock.js';
 
 /**
@@ -9,7 +9,7 @@ import { type EngineClock, realClock } from './clock.js';
  * filing them under A's trace, and keep A's context alive as long as the queue is never empty.
  * So renewals run in no request's context.
  */
-const detached = new AsyncResource('trpc-idempotency.TimerQueue');
+const detached = asyncScope('trpc-idempotency.TimerQueue');
 /** An unref'd timer of `clock` armed in no request's context (see `detached`). */
 export function detachedTimeout(fn: () => void, ms: number, clock: EngineClock = realClock): unknown {
   return detached.runInAsyncScope(clock.setTimeout, clock, fn, ms);
@@ -129,12 +129,53 @@ export class TimerQueue {
   };
 }
 
+/**
+ * A {@link TimerQueue} whose entries each have a timer of their own, for runtimes where a timer belongs
+ * to the request that set it (#platform's `sharedTimers` false: Cloudflare Workers). There one shared
+ * timer, set by a request that has since ended, would not fire for the others, and a request whose only
+ * pending event is another request's timer is cancelled as hung.
+ */
+export class EntryTimers extends TimerQueue {
+  readonly #timers = new Map<Timed, unknown>();
+
+  override add(entry: Timed, now: number): void {
+    this.#set(entry, now + this.ms, this.ms);
+  }
+
+  override addSince(entry: Timed, since: number): void {
+    const due = since + this.ms;
+    this.#set(entry, due, Math.max(Math.ceil(due - this.clock.now()), 1));
+  }
+
+  override remove(entry: Timed): void {
+    if (entry.queue !== this) return;
+    entry.queue = undefined;
+    const timer = this.#timers.get(entry);
+    this.#timers.delete(entry);
+    if (timer !== undefined) this.clock.clearTimeout(timer);
+  }
+
+  #set(entry: Timed, due: number, ms: number): void {
+    entry.due = due;
+    entry.queue = this;
+    entry.prev = entry.next = undefined;
+    const timer = this.clock.setTimeout(() => {
+      if (this.#timers.get(entry) !== timer) return;
+      this.#timers.delete(entry);
+      entry.queue = undefined;
+      entry.fire();
+    }, ms);
+    this.#timers.set(entry, timer);
+  }
+}
+
 /** A set of queues on one clock, one per delay: `(ms) => the queue of that delay`. */
 export function timerQueues(clock: EngineClock = realClock): (ms: number) => TimerQueue {
   const queues = new Map<number, TimerQueue>();
   return (ms) => {
     let queue = queues.get(ms);
-    if (queue === undefined) queues.set(ms, (queue = new TimerQueue(ms, clock)));
+    if (queue === undefined)
+      queues.set(ms, (queue = sharedTimers ? new TimerQueue(ms, clock) : new EntryTimers(ms, clock)));
     return queue;
   };
 }

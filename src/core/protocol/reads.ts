@@ -1,3 +1,4 @@
+import { utf8Length } from '#platform';
 /**
  * The operator's reads and deletes, as rules (see record.ts): what a record
  * shows of itself by state, which records a listing of stuck claims shows,
@@ -21,7 +22,7 @@ export function summary(id: string, rec: StoredRecord<unknown>, waiting: (id: st
     if (rec.lockTtl !== undefined) out.lockTtl = rec.lockTtl;
     out.waiting = waiting(id);
   } else {
-    out.bytes = Buffer.byteLength(rec.body ?? '');
+    out.bytes = utf8Length(rec.body ?? '');
   }
   return out;
 }
@@ -42,7 +43,7 @@ export function inspect(
       : { ...summary(id, found, waiting), time: now, steps: [] };
   if (body && found !== undefined && found.state !== 'in_progress') info.body = found.body ?? '';
   if (recorded !== undefined) {
-    info.steps = recorded.steps.map((step) => ({ name: step.name, bytes: Buffer.byteLength(step.body) }));
+    info.steps = recorded.steps.map((step) => ({ name: step.name, bytes: utf8Length(step.body) }));
     info.stepsExpireAt = recorded.expiresAt;
   }
   return info;

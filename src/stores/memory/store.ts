@@ -96,6 +96,18 @@ export interface MemoryStore extends IdempotencyStore {
 
 const recordBytes = (id: string, fingerprint: string, token: string, body: string | undefined) =>
   ENTRY_OVERHEAD + id.length + fingerprint.length + token.length + (body?.length ?? 0);
+/** The sweep's interval, which keeps no process alive (unref'd where timers can be); undefined if none may be set. */
+function sweepTimer(fn: () => void, ms: number): ReturnType<typeof setInterval> | undefined {
+  try {
+    const timer = setInterval(fn, ms);
+    (timer as { unref?: () => void }).unref?.();
+    return timer;
+  } catch {
+    // Cloudflare Workers: "Disallowed operation called within global scope"
+    return undefined;
+  }
+}
+
 /** A record's bytes, counted from its fields (never changed once written), so it keeps no count of its own. */
 const bytesOf = (id: string, rec: MemoryRecord) => recordBytes(id, rec.fingerprint, rec.token, rec.body);
 
@@ -169,8 +181,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
     nextExpiry = earliest;
   };
-  const timer = setInterval(() => sweep(), sweepInterval);
-  timer.unref();
+  // Undefined where no timer may be set here: a Cloudflare Worker's global scope, where a router and its
+  // store are made. Expired records are then dropped when read, and swept when the store is full.
+  const timer = sweepTimer(() => sweep(), sweepInterval);
 
   /**
    * Makes room, at time `t`, for `more` entries and `moreBytes` bytes of the scope `owner` (absent:
@@ -370,7 +383,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     },
 
     close() {
-      clearInterval(timer);
+      if (timer !== undefined) clearInterval(timer);
     },
   };
 }

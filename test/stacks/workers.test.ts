@@ -1,0 +1,225 @@
+/**
+ * docs/workers.md's worker.ts inside workerd, Cloudflare's Workers runtime (the `workerd` binary from
+ * the npm registry), with the packed library: the HTTP scenario of adapters.test.ts (first call,
+ * replay, 422, 409, no key, a batch of 3 and its replay, the key header twice) on the memory store
+ * of the isolate, in two Workers of one workerd process:
+ *
+ * - `compat`: a compatibility date past 2026-08-04, where nodejs_compat is the default:
+ *   `process.getBuiltinModule` gives #platform AsyncLocalStorage;
+ * - `web`: an older date without nodejs_compat: no `process`, no `node:` module, Web standards only.
+ *
+ * The worker is bundled as `wrangler deploy` bundles it: esbuild with the `workerd`, `worker` and
+ * `browser` conditions, ESM, every import resolved (platform neutral: a `node:` import would fail the
+ * build). wrangler itself needs Node.js 22 and this suite runs on 20, so the bundle is served by
+ * workerd directly, from a config with a socket per Worker.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { blocksOf } from '../../scripts/check-docs.js';
+import { STEPS, scenario, stats } from './http-scenario.js';
+import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
+
+/** What the project installs beside the packed library. */
+const DEPENDENCIES = {
+  '@trpc/server': '11.25.2',
+  zod: '^4.1.0',
+  workerd: '1.20261123.1',
+  esbuild: '0.28.2',
+};
+
+/** The two Workers: their compatibility dates, and what each must find of Node's modules. */
+const WORKERS = [
+  { name: 'compat', date: '2026-11-01', nodeModules: true },
+  { name: 'web', date: '2025-01-01', nodeModules: false },
+] as const;
+
+const timings: Record<string, number> = {};
+const rows: string[] = [];
+let dir: string;
+let workerd: ChildProcess | undefined;
+let output = '';
+const bases: Record<string, string> = {};
+let bundled: { inputs: string[]; bytes: number } | undefined;
+
+function writeFile(file: string, text: string) {
+  mkdirSync(dirname(join(dir, file)), { recursive: true });
+  writeFileSync(join(dir, file), text);
+}
+
+function snippet(page: string, title: string): string {
+  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
+  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
+  return `${found.code}\n`;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** Resolves once `${base}/stats` answers 200. */
+async function serving(base: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (workerd?.exitCode !== null || workerd.signalCode !== null)
+      throw new Error(`workerd exited with ${workerd?.exitCode ?? workerd?.signalCode}:\n${output}`);
+    try {
+      const response = await fetch(`${base}/stats`, { signal: AbortSignal.timeout(2_000) });
+      if (response.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`${base}/stats did not answer within 30 s:\n${output}`);
+}
+
+beforeAll(async () => {
+  const tgz = inject('tgz');
+  dir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-workers-'));
+  writeFile(
+    'package.json',
+    `${JSON.stringify(
+      {
+        name: 'workers',
+        private: true,
+        type: 'module',
+        dependencies: { ...DEPENDENCIES, 'trpc-idempotency': `file:${tgz}` },
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  timings['npm install'] = (await run('npm', ['install', ...NPM_FLAGS], dir)).ms;
+
+  // docs/workers.md's worker.ts, beside the router this test serves
+  writeFile('src/worker.ts', snippet('docs/workers.md', 'worker.ts'));
+  writeFile('src/router.ts', readFileSync(join(REPO, 'test/stacks/workers/router.ts'), 'utf8'));
+  writeFile(
+    'bundle.mjs',
+    `import { build } from 'esbuild';
+const result = await build({
+  entryPoints: ['src/worker.ts'],
+  outfile: 'out/worker.js',
+  bundle: true,
+  format: 'esm',
+  platform: 'neutral',
+  target: 'es2022',
+  conditions: ['workerd', 'worker', 'browser'],
+  mainFields: ['browser', 'module', 'main'],
+  metafile: true,
+  logLevel: 'error',
+});
+console.log(JSON.stringify({ inputs: Object.keys(result.metafile.inputs), bytes: result.metafile.outputs['out/worker.js'].bytes }));
+`,
+  );
+  const bundle = await run(process.execPath, ['bundle.mjs'], dir);
+  timings.esbuild = bundle.ms;
+  bundled = JSON.parse(bundle.output.trim().split('\n').at(-1)!) as { inputs: string[]; bytes: number };
+
+  const ports = [await freePort(), await freePort()];
+  const worker = (w: (typeof WORKERS)[number]) =>
+    `const ${w.name}Worker :Workerd.Worker = (\n  modules = [ (name = "worker.js", esModule = embed "out/worker.js") ],\n  compatibilityDate = "${w.date}",\n);\n`;
+  writeFile(
+    'config.capnp',
+    [
+      'using Workerd = import "/workerd/workerd.capnp";',
+      '',
+      'const config :Workerd.Config = (',
+      `  services = [ ${WORKERS.map((w) => `(name = "${w.name}", worker = .${w.name}Worker)`).join(', ')} ],`,
+      `  sockets = [ ${WORKERS.map((w, i) => `(name = "${w.name}", address = "127.0.0.1:${ports[i]}", http = (), service = "${w.name}")`).join(', ')} ],`,
+      ');',
+      '',
+      ...WORKERS.map(worker),
+    ].join('\n'),
+  );
+  WORKERS.forEach((w, i) => {
+    bases[w.name] = `http://127.0.0.1:${ports[i]}/trpc`;
+  });
+
+  const started = performance.now();
+  workerd = spawn(join(dir, 'node_modules/.bin/workerd'), ['serve', 'config.capnp'], {
+    cwd: dir,
+    env: commandEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  workerd.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  workerd.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  await Promise.all(Object.values(bases).map(serving));
+  timings['workerd started'] = Math.round(performance.now() - started);
+}, 300_000);
+
+afterAll(async () => {
+  if (workerd !== undefined && workerd.exitCode === null && workerd.signalCode === null) {
+    const exited = new Promise((resolve) => workerd!.once('exit', resolve));
+    workerd.kill('SIGTERM');
+    await exited;
+  }
+  const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  console.log(
+    [
+      `[workers] ${Object.entries(timings)
+        .map(([what, ms]) => `${what} ${s(ms)}`)
+        .join(', ')}; bundle ${bundled?.bytes ?? '?'} bytes`,
+      `[workers] ${['worker', ...STEPS, 'time'].join(' | ')}`,
+      ...rows,
+    ].join('\n'),
+  );
+  if (dir !== undefined && process.env.KEEP_STACKS !== '1') rmSync(dir, { recursive: true, force: true });
+}, 30_000);
+
+describe('docs/workers.md inside workerd, with the packed library', () => {
+  it("bundles #platform's Web standards (web.js), not Node's, and no node: module", () => {
+    const inputs = bundled!.inputs;
+    expect(inputs).toContain('node_modules/trpc-idempotency/dist/core/platform/web.js');
+    expect(inputs.filter((file) => file.includes('platform/node.js'))).toEqual([]);
+    expect(inputs.some((file) => file.startsWith('node_modules/@noble/hashes/'))).toBe(true);
+    expect(readFileSync(join(dir, 'out/worker.js'), 'utf8')).not.toMatch(/\bfrom\s*["']node:|require\(["']node:/);
+  });
+
+  for (const w of WORKERS) {
+    it(`${w.name} (compatibility date ${w.date}): ${w.nodeModules ? 'AsyncLocalStorage' : 'no AsyncLocalStorage, transactional mode refused'}; first call, replay, 422, 409, no key, batch of 3 and its replay, the key header twice`, async () => {
+      const base = bases[w.name]!;
+      const found = (await stats(base)) as Awaited<ReturnType<typeof stats>> & {
+        nodeModules: boolean;
+        asyncLocalStorage: boolean;
+      };
+      expect({ nodeModules: found.nodeModules, asyncLocalStorage: found.asyncLocalStorage }).toEqual({
+        nodeModules: w.nodeModules,
+        asyncLocalStorage: w.nodeModules,
+      });
+      // transactional mode: refused without AsyncLocalStorage, at the engine's creation
+      const transactional = (await (await fetch(`${base}/transactional`)).json()) as {
+        result: { data: { refused: string | null } };
+      };
+      if (w.nodeModules) expect(transactional.result.data.refused).toBeNull();
+      else
+        expect(transactional.result.data.refused).toMatch(
+          /^IdempotencyConfigError: idempotency options: transaction: true needs AsyncLocalStorage.*nodejs_compat/,
+        );
+      const started = performance.now();
+      const outcomes = await scenario(base);
+      const ms = Math.round(performance.now() - started);
+      rows.push(
+        `[workers] ${[w.name, ...STEPS.map((step) => (outcomes[step].ok ? '' : 'FAILED ') + outcomes[step].seen), `${ms} ms`].join(' | ')}`,
+      );
+      const failed = STEPS.filter((step) => !outcomes[step].ok);
+      expect(
+        failed,
+        `${w.name}: ${failed.map((step) => `${step}: ${outcomes[step].seen}`).join('; ')}\n${output}`,
+      ).toEqual([]);
+      // the held request stayed alive on its claim's own renewal timer: workerd cancelled nothing as hung
+      expect(output).not.toMatch(/hung and would never generate a response/);
+    });
+  }
+});
