@@ -43,7 +43,13 @@ import fc from 'fast-check';
 import { it } from 'vitest';
 import { recordId } from '../../src/core/record-id.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js';
-import type { ListInput, ListPage, RecordInfo, RecordSummary } from '../../src/core/store-admin.js';
+import {
+  EXPIRY_ROUNDING,
+  type ListInput,
+  type ListPage,
+  type RecordInfo,
+  type RecordSummary,
+} from '../../src/core/store-admin.js';
 import { wallLead } from '../helpers/steady-clock.js';
 import {
   aimed,
@@ -346,6 +352,8 @@ class Run {
     const ctx = this.context(asked, lo, hi, this.claimless.has(id));
     type Try = {
       t: number;
+      /** The operation tried: `op`, or a forget with the named expiry shifted (forgetShifts). */
+      op?: Op;
       answer: unknown;
       replica?: Replica;
       read?: { t: number; answer: unknown };
@@ -353,13 +361,17 @@ class Run {
     };
     const tries: Try[] = [];
     let pick: Try | undefined;
-    if (times.length === 1 && post === undefined) {
+    const shifted = forgetShifts(op, seen, ctx.tolerance);
+    if (times.length === 1 && post === undefined && shifted.length === 0) {
       const x = { t: times[0]!, answer: await this.oracle.run(op, times[0]!) };
       tries.push(x);
       if (agrees(answer, x.answer, ctx)) pick = x;
     } else {
-      for (const t of times) {
-        const x: Try = { t, ...(await this.oracle.tryAt(op, t)) };
+      for (const [t, tried] of [
+        ...times.map((t) => [t, op] as const),
+        ...shifted.flatMap((o) => times.map((t) => [t, o] as const)),
+      ]) {
+        const x: Try = { t, op: tried, ...(await this.oracle.tryAt(tried, t)) };
         tries.push(x);
         if (!agrees(answer, x.answer, ctx)) continue;
         if (post !== undefined) {
@@ -375,7 +387,7 @@ class Run {
       }
       pick ??= this.refusedAsHeld(op, answer, tries);
       for (const x of tries) if (x !== pick) x.replica?.store.close();
-      if (pick?.replica !== undefined) this.oracle.commit(pick.replica, op, pick.read?.t ?? pick.t);
+      if (pick?.replica !== undefined) this.oracle.commit(pick.replica, pick.op ?? op, pick.read?.t ?? pick.t);
     }
     const window = `[${this.rel(lo)}, ${this.rel(hi)}]`;
     if (pick === undefined) {
@@ -527,6 +539,20 @@ function listedAs(
 function writes(op: Op, answer: unknown): boolean {
   if (op.kind === 'claim') return (answer as ClaimResult).state === 'acquired';
   return op.kind !== 'inspect' && (answer === true || answer === 'stored');
+}
+
+/**
+ * A forget that names the expiry the operator read is refused when the record expires later than that (plus the
+ * stores' rounding). The oracle's expiry of a record is the store's within `tolerance` only (compare.ts): where the
+ * named expiry is that near the oracle's, either answer is the store's to give, so the oracle also tries the
+ * forget as if the named expiry were `tolerance` later or earlier (after the forget as asked).
+ */
+function forgetShifts(op: Op, seen: RecordInfo, tolerance: number): Op[] {
+  if (op.kind !== 'forget' || op.input.expiresAt === undefined || seen.expiresAt === undefined || tolerance === 0)
+    return [];
+  if (Math.abs(seen.expiresAt - (op.input.expiresAt + EXPIRY_ROUNDING)) > tolerance) return [];
+  const at = (expiresAt: number): Op => ({ ...op, input: { ...op.input, expiresAt } });
+  return [at(op.input.expiresAt + tolerance), at(op.input.expiresAt - tolerance)];
 }
 
 /** `op` with `extra` ms more of every ttl it asks for. */
