@@ -10,13 +10,13 @@ export default defineConfig({
     include: ['test/faults/**/*.test.ts'],
     testTimeout: 180_000,
     hookTimeout: 120_000,
-    // Three files at a time (vitest's default on 2 cores is one): the files wait mostly on restarts,
-    // failovers and lock TTLs (two kept 1.8 files' worth of tests running: 479 s in 261). Safe since the servers they start
+    // Two files at a time (vitest's default on 2 cores is one): the files wait mostly on restarts,
+    // failovers and lock TTLs, and two halve the suite's wall time. Safe since the servers they start
     // take their ports from test/helpers/ports.ts: below the kernel's ephemeral range and reserved
     // across processes by lock files. Ports the kernel picked (listen(0), then closed) could be taken
     // by the other file's listeners or outgoing connections before the server bound them, and a
     // Cluster node that could not bind its port exited ("Connection is closed" in the failover test).
     // Starts that still fail are tried again on new ports.
-    maxWorkers: 3,
+    maxWorkers: 2,
   },
 });
