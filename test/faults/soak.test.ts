@@ -17,9 +17,9 @@ const LOCK_TTL = 2_000;
 const SLACK = 3_000;
 
 describe('soak, short', () => {
-  it('25 s with a process killed every 8 s, a Redis pause and an empty Redis restart: no unexplained double execution, no lost outcome, no key stuck beyond lockTtl', async () => {
+  it('18 s with a process killed every 8 s, a Redis pause and an empty Redis restart: no unexplained double execution, no lost outcome, no key stuck beyond lockTtl', async () => {
     const report = await runSoak({
-      durationMs: 25_000,
+      durationMs: 18_000,
       killEveryMs: 8_000,
       concurrency: 16,
       lockTtl: LOCK_TTL,
