@@ -13,8 +13,8 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 600_000,
     globalSetup: ['test/stacks/global-setup.ts'],
-    // The files install, build and wait on npm, next, tsc and child processes: three at a time, as their
-    // longest (the CLI's, the Quick start's, each create-t3-app variant's) take about as long as a third of the suite.
-    maxWorkers: 3,
+    // The files install, build and wait on npm, next, tsc and child processes: two at a time fill 2 cores. With
+    // three, beside the e2e and fault suites, fresh-clone runs failed fault tests on load (store timeouts).
+    maxWorkers: 2,
   },
 });
