@@ -2,6 +2,7 @@
  * The PostgreSQL store: the contract on a real server (node-postgres) and on
  * PGlite, then what only PostgreSQL has: purge and transactional mode.
  */
+import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { describe, expect, it } from 'vitest';
 import { drizzleStore } from '../../src/drizzle.js';
@@ -211,6 +212,104 @@ describe('prepared statements (node-postgres)', () => {
       expect(await named()).toBe(0);
     } finally {
       await pool.end();
+    }
+  });
+});
+
+describe('a claim whose snapshot misses what committed while it ran (one statement)', () => {
+  // The claim is one statement: it reads the key and its steps in the statement's snapshot, and its insert
+  // checks the key's index against the latest commits. Here another holder's claim, its step 0 and the end of its
+  // claim commit after the claim's snapshot was taken and before its insert's check (in one transaction the claim
+  // waits on, which is the same order with a deterministic gate): the claim must start after step 0, which was
+  // left to the next holder, not run it again.
+  const endings = {
+    'released by its holder': (holder: ReturnType<typeof drizzleStore>, id: string) =>
+      holder.release({ id, token: 'b' }),
+    'forgotten by an operator (steps kept)': (holder: ReturnType<typeof drizzleStore>, id: string) =>
+      holder.admin.forget({ id, state: 'in_progress', token: 'b' }),
+  };
+  for (const [ending, end] of Object.entries(endings))
+    it(`a key taken, given a step and ${ending} meanwhile is resumed after that step: the step does not run twice`, async () => {
+      const schema = await isolatedSchema('snapshot_race', 4);
+      const other = await schema.pool.connect();
+      try {
+        const id = `race:${randomUUID()}`;
+        await other.query('begin');
+        const holder = drizzleStore({ db: drizzle(other) });
+        expect(await holder.claim({ id, fingerprint: 'fp', token: 'b', lockTtl: 10_000 })).toMatchObject({
+          state: 'acquired',
+        });
+        const step = { id, token: 'b', fingerprint: 'fp', index: 0, name: 'charge', body: '"ch_1"', ttl: 60_000 };
+        expect(await holder.saveStep!({ ...step, lockTtl: 10_000 })).toBe('stored');
+        expect(await end(holder, id)).toBe(true);
+
+        const claimer = drizzleStore({ db: schema.db });
+        const claim = claimer.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 10_000 });
+        // The claim has taken its snapshot and waits on the key's index entry, which the open transaction holds.
+        const [{ pid }] = (await other.query('select pg_backend_pid() as pid')).rows;
+        const waiting = `select count(*)::int as n from pg_stat_activity where $1 = any(pg_blocking_pids(pid))`;
+        await expect
+          .poll(async () => (await schema.pool.query(waiting, [pid])).rows[0].n, { timeout: 10_000, interval: 20 })
+          .toBe(1);
+        await other.query('commit');
+        expect(await claim).toMatchObject({
+          state: 'acquired',
+          steps: { fingerprint: 'fp', steps: [{ name: 'charge', body: '"ch_1"' }] },
+        });
+      } finally {
+        other.release();
+        await schema.drop();
+      }
+    });
+
+  it('the purge keeps a claim that ended while its steps live, and deletes it once they have expired', async () => {
+    // Deleting the ended claim's row would open the same window as deleting it at its end.
+    const schema = await isolatedSchema('purge_ended', 2);
+    try {
+      const store = drizzleStore({ db: schema.db });
+      const rows = async () =>
+        (await schema.pool.query(`select id from idempotency_keys order by id`)).rows.map((row) => row.id);
+      for (const [id, ttl] of [
+        ['ended-steps-live', 60_000],
+        ['ended-steps-expiring', 150],
+      ] as const) {
+        await store.claim({ id, fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+        const step = {
+          id,
+          token: 't',
+          fingerprint: 'fp',
+          index: 0,
+          name: 'charge',
+          body: '"ch"',
+          ttl,
+          lockTtl: 60_000,
+        };
+        expect(await store.saveStep!(step)).toBe('stored');
+        expect(await store.release({ id, token: 't' })).toBe(true);
+      }
+      await store.claim({ id: 'ended-no-steps', fingerprint: 'fp', token: 't', lockTtl: 60_000 });
+      expect(await store.release({ id: 'ended-no-steps', token: 't' })).toBe(true);
+
+      await store.purgeExpired({ batchSize: 10 });
+      expect(await rows()).toEqual(['ended-steps-expiring', 'ended-steps-live']);
+      await expect
+        .poll(
+          async () => {
+            await store.purgeExpired({ batchSize: 10 });
+            return rows();
+          },
+          { timeout: 10_000, interval: 50 },
+        )
+        .toEqual(['ended-steps-live']);
+      // The row kept is expired: a claim takes it over, with the step.
+      expect(
+        await store.claim({ id: 'ended-steps-live', fingerprint: 'fp', token: 'u', lockTtl: 60_000 }),
+      ).toMatchObject({
+        state: 'acquired',
+        steps: { steps: [{ name: 'charge' }] },
+      });
+    } finally {
+      await schema.drop();
     }
   });
 });
