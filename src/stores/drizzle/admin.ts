@@ -117,7 +117,10 @@ export const LIST_IN_PROGRESS = listPage(`and state = 'in_progress'`);
 /**
  * Deletes the record if it is live and still in state $2 with token $3 ($2
  * 'absent': only if there is no live row), then, when $4, the steps under
- * its id, if the record went or was absent. The result: whether a row or a
+ * its id, if the record went or was absent. A claim is not deleted but
+ * expired now, as its holder's release does (see CLAIM in statements.ts: a
+ * claim that began before it would otherwise not see the steps its holder
+ * recorded meanwhile); the purge deletes it. The result: whether a row or a
  * live step was deleted. $1 id, $2 state, $3 token, $4 steps (boolean), $5 the latest
  * expiry (ms since the epoch) the row may have (a claim renewed since the
  * operator's read is kept), or null for no check.
@@ -125,12 +128,20 @@ export const LIST_IN_PROGRESS = listPage(`and state = 'in_progress'`);
 export const FORGET = statement(
   ['id', 'state', 'token', 'steps', 'expires'],
   `
-    with record as (
-      delete from idempotency_keys
-       where id = $1 and state = $2::text and token is not distinct from $3::text
+    with expired as (
+      update idempotency_keys set expires_at = statement_timestamp()
+       where id = $1 and state = $2::text and $2::text = 'in_progress' and token is not distinct from $3::text
          and expires_at > statement_timestamp()
          and ($5::float8 is null or ${msOf('expires_at')} <= $5::float8)
       returning 1
+    ), deleted as (
+      delete from idempotency_keys
+       where id = $1 and state = $2::text and $2::text <> 'in_progress' and token is not distinct from $3::text
+         and expires_at > statement_timestamp()
+         and ($5::float8 is null or ${msOf('expires_at')} <= $5::float8)
+      returning 1
+    ), record as (
+      select from expired union all select from deleted
     ), steps as (
       delete from idempotency_steps
        where id = $1 and $4::boolean

@@ -63,17 +63,27 @@ export function statement<const K extends string>(params: readonly K[], text: st
 const LOCK_TTL = (param: string): string => `case when ${param}::float8 <= 2147483647 then ${param}::float8::int end`;
 
 /**
- * The claim, in one statement. `live` reads the key's live row (not expired)
- * in the statement's snapshot. `claimed` inserts the claim, or takes over a
- * row that has expired (or is this token's own live claim), unless the
- * deadline has passed; it does not even try when `live` shows a row it could
- * not take (another token's claim, or an outcome), so a replay or an
- * in-flight rejection writes nothing: no row lock, no WAL, no commit to wait
- * for. The result, in one row: whether it was taken, the live row, and, when
- * the row was free to take, the server's clock. In READ COMMITTED the read
- * sees the statement's snapshot, so when a concurrent claim committed after
- * it began (the INSERT waited for it and found it live) the row is invisible
- * and nothing is found: the caller then runs it again.
+ * The claim, in one statement. `seen` reads the key's row in the statement's
+ * snapshot, `live` that row if it has not expired. `claimed` inserts the
+ * claim, or takes over a row that has expired (or is this token's own live
+ * claim), unless the deadline has passed; it does not even try when `live`
+ * shows a row it could not take (another token's claim, or an outcome), so a
+ * replay or an in-flight rejection writes nothing: no row lock, no WAL, no
+ * commit to wait for. The result, in one row: whether it was taken, the live
+ * row, and, when the row was free to take, the server's clock.
+ *
+ * The reads see the statement's snapshot; the insert's conflict check and the
+ * takeover see the latest commits. When they differ, the claim takes nothing
+ * and finds nothing, and the caller runs it again (a new snapshot):
+ * - a concurrent claim committed after the snapshot (the INSERT waited for it
+ *   and found it live);
+ * - the row changed hands after the snapshot (its latest token is not the one
+ *   `seen` read): another holder may have recorded steps meanwhile, which
+ *   this snapshot cannot see, so taking the row on it would run them again.
+ *   A holder's release, and an operator's forget of a claim, therefore leave
+ *   the row in place, expired (RELEASE, admin FORGET), rather than deleting
+ *   it: a deleted row would let the insert through unseen; and the purge
+ *   keeps a claim's expired row while it has live steps (PURGE).
  *
  * A claim that takes the row sets `created_at` to its time (a token's own
  * claim sent again keeps it) and `lock_ttl` to its lease (the operator's
@@ -86,9 +96,10 @@ const LOCK_TTL = (param: string): string => `case when ${param}::float8 <= 21474
 export const CLAIM = statement(
   ['id', 'fingerprint', 'token', 'lockTtl', 'deadline'],
   `
-    with live as (
-      select state, fingerprint, token, body from idempotency_keys
-       where id = $1 and expires_at > statement_timestamp()
+    with seen as (
+      select state, fingerprint, token, body, expires_at from idempotency_keys where id = $1
+    ), live as (
+      select state, fingerprint, token, body from seen where expires_at > statement_timestamp()
     ), claimed as (
       insert into idempotency_keys as k (id, state, fingerprint, token, body, expires_at, created_at, lock_ttl)
       select $1, 'in_progress', $2, $3, null, statement_timestamp() + ($4::float8 * interval '1 millisecond'), statement_timestamp(),
@@ -99,7 +110,8 @@ export const CLAIM = statement(
         set state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token, body = null,
             expires_at = excluded.expires_at, lock_ttl = excluded.lock_ttl,
             created_at = case when k.expires_at <= statement_timestamp() then excluded.created_at else k.created_at end
-        where k.expires_at <= statement_timestamp() or (k.token = excluded.token and k.state = 'in_progress')
+        where (k.expires_at <= statement_timestamp() and k.token is not distinct from (select token from seen))
+           or (k.token = excluded.token and k.state = 'in_progress')
       returning 1
     )
     select exists (select from claimed) as acquired, live.state, live.fingerprint,
@@ -191,11 +203,15 @@ export const LIVE_STATE = statement(
     select state, token from idempotency_keys where id = $1 and expires_at > statement_timestamp()`,
 );
 
-/** Deletes the token's live claim. $1 id, $2 token. */
+/**
+ * Ends the token's live claim: the row stays, expired now, until a claim takes
+ * it over or the purge deletes it (see CLAIM for why it is not deleted).
+ * $1 id, $2 token.
+ */
 export const RELEASE = statement(
   ['id', 'token'],
   `
-    delete from idempotency_keys
+    update idempotency_keys set expires_at = statement_timestamp()
      where id = $1 and token = $2 and state = 'in_progress' and expires_at > statement_timestamp()
     returning 1`,
 );
@@ -213,22 +229,32 @@ export const EXTEND = statement(
 /**
  * Deletes up to $1 expired rows. SKIP LOCKED: never wait for, nor block, a
  * row someone is working on. $1 batch size. Not named: it runs seldom, and
- * planned with its batch size it keeps to the index on expires_at.
+ * planned with its batch size it keeps to the index on expires_at. `keep`:
+ * a further condition a row must not meet to go.
  */
-const purge = (table: string, key: string) =>
+const purge = (table: string, key: string, keep = 'false') =>
   statement(
     ['batchSize'],
     `
     with gone as (
       delete from ${table}
-       where (${key}) in (select ${key} from ${table}
-                     where expires_at <= statement_timestamp()
+       where (${key}) in (select ${key} from ${table} t
+                     where expires_at <= statement_timestamp() and not (${keep})
                      order by expires_at limit $1
                      for update skip locked)
       returning 1)
     select count(*)::int as n from gone`,
     false,
   );
-export const PURGE = purge('idempotency_keys', 'id');
+/**
+ * An expired claim stays while steps recorded under its id live: deleting it
+ * could let a claim that began before the steps were recorded take the key
+ * without them (see CLAIM). It goes once they have expired.
+ */
+export const PURGE = purge(
+  'idempotency_keys',
+  'id',
+  `t.state = 'in_progress' and exists (select from idempotency_steps s where s.id = t.id and s.expires_at > statement_timestamp())`,
+);
 /** Deletes up to $1 expired steps (see schema.ts), as PURGE does rows. */
 export const PURGE_STEPS = purge('idempotency_steps', 'id, seq');
