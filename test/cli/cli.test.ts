@@ -62,7 +62,27 @@ interface Kind {
    * the states and the release of a live claim only.
    */
   full: boolean;
+  /**
+   * Moves the live claim on `id` to `remaining` ms before its expiry, as if its holder had not
+   * renewed it since: the time the operator's commands judge a claim by, without waiting for it.
+   */
+  age(id: string, remaining: number): Promise<void>;
 }
+
+/** On Redis a claim's remaining lease is its key's time to live. */
+const ageOnRedis =
+  (client: () => { pexpire(key: string, ms: number): Promise<number> }, prefixOf: () => string) =>
+  async (id: string, remaining: number) => {
+    expect(await client().pexpire(redisStore({ client: redis, prefix: prefixOf() }).keyOf(id), remaining)).toBe(1);
+  };
+const ageOnPostgres = async (id: string, remaining: number) => {
+  const { rowCount } = await schema.pool.query(
+    `update idempotency_keys set expires_at = statement_timestamp() + $2::float8 * interval '1 millisecond'
+      where id = $1 and state = 'in_progress' and expires_at > statement_timestamp()`,
+    [id, remaining],
+  );
+  expect(rowCount).toBe(1);
+};
 
 const clusterUrls = () => cluster.ports.map((port) => `redis://127.0.0.1:${port}`);
 const KINDS: Kind[] = [
@@ -71,12 +91,20 @@ const KINDS: Kind[] = [
     flags: () => ['--redis', REDIS_URL, '--prefix', prefix],
     store: () => redisStore({ client: redis, prefix }),
     full: true,
+    age: ageOnRedis(
+      () => redis,
+      () => prefix,
+    ),
   },
   {
     name: 'redis (node-redis)',
     flags: () => ['--redis', REDIS_URL, '--prefix', prefix, '--redis-client', 'node-redis'],
     store: () => redisStore({ client: redis, prefix }),
     full: false,
+    age: ageOnRedis(
+      () => redis,
+      () => prefix,
+    ),
   },
   {
     name: 'redis cluster (ioredis)',
@@ -92,18 +120,27 @@ const KINDS: Kind[] = [
     ],
     store: () => redisStore({ client: clusterClient, prefix: 'cli:' }),
     full: true,
+    age: ageOnRedis(
+      () => clusterClient,
+      () => 'cli:',
+    ),
   },
   {
     name: 'redis cluster (node-redis)',
     flags: () => ['--redis', clusterUrls().join(','), '--cluster', '--redis-client', 'node-redis', '--prefix', 'cli:'],
     store: () => redisStore({ client: clusterClient, prefix: 'cli:' }),
     full: false,
+    age: ageOnRedis(
+      () => clusterClient,
+      () => 'cli:',
+    ),
   },
   {
     name: 'postgresql',
     flags: () => ['--database-url', DATABASE_URL, '--schema', schema.schema],
     store: () => drizzleStore({ db: schema.db }),
     full: true,
+    age: ageOnPostgres,
   },
 ];
 
@@ -250,9 +287,9 @@ describe.each(KINDS)('on $name', (kind) => {
     const p = procedure();
     const id = recordId(undefined, p, 'k');
     // a lease of 15 s, not renewed for more than half of it: its holder is not running (and the
-    // claim lasts another 7.4 s, for the four commands below on a busy machine)
+    // claim lasts another 7 s, for the four commands below on a busy machine)
     await store.claim({ id, fingerprint: 'fp', token: 'gone', lockTtl: 15_000 });
-    await sleep(7_600);
+    await kind.age(id, 7_000);
 
     const dry = await cli.json<Json>(['release', ...flags(), '--procedure', p, '--key', 'k']);
     expect(dry.code).toBe(3);
@@ -444,7 +481,7 @@ describe('PostgreSQL only', () => {
     const p = procedure();
     const id = recordId(undefined, p, 'k');
     await store.claim({ id, fingerprint: 'fp', token: 'slow', lockTtl: 10_000 });
-    await sleep(5_100); // not renewed for half its lease: release --confirm would go ahead
+    await ageOnPostgres(id, 4_900); // not renewed for half its lease: release --confirm would go ahead
     // Its holder completes in a transaction left open: the CLI reads the claim as it was committed,
     // and its delete waits for the row until the completion commits.
     const client = new pg.Client({ connectionString: schema.url });
