@@ -2,12 +2,12 @@
  * TanStack Query's own retries and resumed mutations, through idempotencyLink,
  * against a real tRPC HTTP server on the memory store, a real TCP proxy that
  * drops responses, and TanStack's real QueryClient and persister (query-core,
- * query-persist-client-core, query-sync-storage-persister) over a storage
- * object with localStorage's interface.
+ * query-persist-client-core, query-async-storage-persister) over a storage
+ * with React Native AsyncStorage's interface.
  */
+import { createAsyncStoragePersister } from '@tanstack/query-async-storage-persister';
 import { MutationObserver, QueryClient } from '@tanstack/query-core';
 import { persistQueryClientRestore, persistQueryClientSave } from '@tanstack/query-persist-client-core';
-import { createSyncStoragePersister } from '@tanstack/query-sync-storage-persister';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   IDEMPOTENCY_FIELD,
@@ -35,14 +35,14 @@ async function serve(): Promise<PaymentsServer> {
 }
 const keysSeen = (server: PaymentsServer) => server.requests.map((r) => r.headers['idempotency-key']);
 
-/** A storage with localStorage's interface (getItem, setItem, removeItem), in memory: what a reload keeps. */
+/** A storage with AsyncStorage's interface (getItem, setItem, removeItem, each a promise), in memory: what a reload keeps. */
 function memoryStorage() {
   const items = new Map<string, string>();
   return {
     items,
-    getItem: (name: string) => items.get(name) ?? null,
-    setItem: (name: string, value: string) => void items.set(name, value),
-    removeItem: (name: string) => void items.delete(name),
+    getItem: async (name: string) => items.get(name) ?? null,
+    setItem: async (name: string, value: string) => void items.set(name, value),
+    removeItem: async (name: string) => void items.delete(name),
   };
 }
 
@@ -98,7 +98,7 @@ describe('TanStack Query retries through idempotencyLink', () => {
     const server = await serve();
     const { trpc } = createIdempotentClient(server, { link: { maxAttempts: 1 } });
     const storage = memoryStorage();
-    const persister = createSyncStoragePersister({ storage, throttleTime: 0 });
+    const persister = createAsyncStoragePersister({ storage, throttleTime: 0 });
     const dehydrateOptions = { shouldDehydrateMutation: shouldPersistMutation };
     const mutationFn = (input: { amount: number }) => trpc.pay.mutate(input);
 
