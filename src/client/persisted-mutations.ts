@@ -13,6 +13,7 @@ import { readIdempotencyKey } from './carried-key.js';
 
 /** The fields of a TanStack Query `Mutation` these functions read. */
 export interface PersistableMutation {
+  options: { mutationKey?: unknown };
   state: { status: string; isPaused: boolean; variables?: unknown };
   continue(): Promise<unknown>;
 }
@@ -33,14 +34,21 @@ function carriesKey(variables: unknown): boolean {
 /**
  * `dehydrateOptions.shouldDehydrateMutation` for TanStack's persisters: what
  * TanStack persists by default (paused mutations), plus every pending
- * mutation whose variables carry a key, so one in flight when the page
- * unloads is stored with its key.
+ * mutation whose variables carry a key and that has a `mutationKey`, so one
+ * in flight when the page unloads is stored with its key. (Without a
+ * `mutationKey` a restored mutation finds no `mutationFn` in
+ * `setMutationDefaults` and could never be sent.)
  *
  * @example
  * persistQueryClient({ queryClient, persister, dehydrateOptions: { shouldDehydrateMutation: shouldPersistMutation } });
  */
 export function shouldPersistMutation(mutation: PersistableMutation): boolean {
-  return mutation.state.isPaused || (mutation.state.status === 'pending' && carriesKey(mutation.state.variables));
+  if (mutation.state.isPaused) return true;
+  return (
+    mutation.state.status === 'pending' &&
+    mutation.options.mutationKey !== undefined &&
+    carriesKey(mutation.state.variables)
+  );
 }
 
 /**

@@ -134,21 +134,27 @@ describe('TanStack Query retries through idempotencyLink', () => {
     expect(restored!.state.data).toMatchObject({ amount: 900 });
   });
 
-  it('persists what TanStack persists by default and pending calls with a key, not pending calls without one', async () => {
+  it('persists what TanStack persists by default and pending calls with a key and a mutationKey, no other pending call', async () => {
     const server = await serve();
     const { trpc } = createIdempotentClient(server, { link: { maxAttempts: 1 } });
     const release = gate();
     server.holdPayments(release.opened);
     const queryClient = new QueryClient();
-    const observe = () =>
-      new MutationObserver(queryClient, { mutationFn: (input: object) => trpc.pay.mutate(input as never) });
-    void observe()
+    const observe = (mutationKey?: string[]) =>
+      new MutationObserver(queryClient, {
+        mutationKey,
+        mutationFn: (input: object) => trpc.pay.mutate(input as never),
+      });
+    void observe(['pay'])
       .mutate(withIdempotencyKey({ amount: 1 }))
       .catch(() => {});
-    void observe()
+    void observe(['pay'])
       .mutate({ amount: 2 })
-      .catch(() => {});
-    await until(() => server.requests.length === 2);
+      .catch(() => {}); // no key: sent again it could charge twice
+    void observe()
+      .mutate(withIdempotencyKey({ amount: 3 }))
+      .catch(() => {}); // no mutationKey: no mutationFn after a reload
+    await until(() => server.requests.length === 3);
     const persisted = queryClient
       .getMutationCache()
       .getAll()
