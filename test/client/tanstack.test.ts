@@ -6,7 +6,7 @@
  * with React Native AsyncStorage's interface.
  */
 import { createAsyncStoragePersister } from '@tanstack/query-async-storage-persister';
-import { MutationObserver, QueryClient } from '@tanstack/query-core';
+import { MutationObserver, onlineManager, QueryClient } from '@tanstack/query-core';
 import { persistQueryClientRestore, persistQueryClientSave } from '@tanstack/query-persist-client-core';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -92,6 +92,29 @@ describe('TanStack Query retries through idempotencyLink', () => {
     expect(charge.amount).toBe(700);
     // the field never reaches the server: the input it fingerprints is the caller's
     expect(server.requests.every((r) => !r.url.includes(encodeURIComponent(IDEMPOTENCY_FIELD)))).toBe(true);
+  });
+
+  it('a mutation made offline waits, paused, and is sent with its key once the network is back', async () => {
+    const server = await serve();
+    const { trpc } = createIdempotentClient(server, { link: { maxAttempts: 1 } });
+    const queryClient = new QueryClient();
+    queryClient.mount(); // resumes paused mutations when onlineManager says online
+    onlineManager.setOnline(false);
+    try {
+      const pay = new MutationObserver(queryClient, {
+        mutationFn: (input: { amount: number }) => trpc.pay.mutate(input),
+      });
+      const variables = withIdempotencyKey({ amount: 400 });
+      const paid = pay.mutate(variables);
+      await until(() => pay.getCurrentResult().isPaused);
+      expect(server.requests).toHaveLength(0);
+      onlineManager.setOnline(true);
+      expect(await paid).toMatchObject({ amount: 400 });
+      expect(keysSeen(server)).toEqual([readIdempotencyKey(variables)!.key]);
+    } finally {
+      onlineManager.setOnline(true);
+      queryClient.unmount();
+    }
   });
 
   it('a mutation in flight when the page unloads is persisted with its key and, restored in a new QueryClient, sent again with it', async () => {

@@ -367,7 +367,7 @@ describe('a payment across a reload, a closed tab, the network and TanStack retr
     await expect.poll(() => held.length, { timeout: 20_000 }).toBe(1);
     expect(await ledger()).toBe(charges + 1); // charged; the page has no answer
     const [key] = keys;
-    expect(await persisted(tab)).toEqual([{ key, status: 'pending', isPaused: false }]);
+    await expect.poll(() => persisted(tab)).toEqual([{ key, status: 'pending', isPaused: false }]);
 
     await tab.reload();
     await tab.waitForSelector('body[data-restored="1"]');
@@ -448,7 +448,9 @@ describe('a payment across a reload, a closed tab, the network and TanStack retr
     await tab.fill('#amount', '54.00');
     await tab.click('#pay');
     await expect.poll(() => held.length, { timeout: 20_000 }).toBe(1);
+    await expect.poll(async () => (await persisted(tab)).length).toBe(1);
     const [pending] = await persisted(tab);
+    expect(pending).toMatchObject({ status: 'pending', isPaused: false });
     await tab.close(); // the tab is closed while the payment waits for its answer
 
     // the next visit, 25 h later by the browser's clock
