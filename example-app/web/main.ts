@@ -299,12 +299,12 @@ async function send(variables: PayVariables, what: string, run: () => Promise<un
     if (isKeyExpiredError(error)) {
       // Past the ttl the server may have forgotten this key: sent again, it could charge a second time.
       log(
-        `${sent} not sent: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps answers (24 h)`,
+        `${sent} not sent: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps answers (${KEY_TTL_MS / 3_600_000} h)`,
       );
       show(
         call,
         'unresolved',
-        `Unresolved — not sent again: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps its answer (24 h)`,
+        `Unresolved — not sent again: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps its answer (${KEY_TTL_MS / 3_600_000} h)`,
         'Check Charges below before paying again',
         sent,
       );
