@@ -3,6 +3,13 @@
 import type { IdempotencyKeySource } from './client/key-holder.js';
 
 export { backoffDelay, DEFAULT_RETRY } from './client/backoff.js';
+export type { CarriedIdempotencyKey, WithIdempotencyKey, WithIdempotencyKeyOptions } from './client/carried-key.js';
+export {
+  IDEMPOTENCY_FIELD,
+  IdempotencyKeyExpiredError,
+  readIdempotencyKey,
+  withIdempotencyKey,
+} from './client/carried-key.js';
 export type { IdempotencyClientError, IdempotencyErrorData, IdempotencyErrorReason } from './client/failed-call.js';
 export {
   getHttpStatus,
@@ -11,6 +18,7 @@ export {
   getRetryAfterMs,
   isAbortError,
   isIdempotencyError,
+  isKeyExpiredError,
   isRetryableError,
   RETRYABLE_STATUSES,
 } from './client/failed-call.js';
@@ -20,6 +28,8 @@ export type { CreateIdempotencyKeyOptions, IdempotencyKeyHolder, IdempotencyKeyS
 export { createIdempotencyKey, randomKey } from './client/key-holder.js';
 export type { IdempotencyLinkOptions, IdempotencyRetryEvent, IdempotencyRetryOptions } from './client/link.js';
 export { idempotencyLink } from './client/link.js';
+export type { MutationCacheOwner, PersistableMutation } from './client/persisted-mutations.js';
+export { resumeMutations, shouldPersistMutation } from './client/persisted-mutations.js';
 export { IdempotencyConfigError } from './core/idempotency-error.js';
 
 /** What `idempotencyLink` reads from, and writes to, an operation's context. */

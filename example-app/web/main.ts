@@ -1,4 +1,8 @@
+import { createAsyncStoragePersister } from '@tanstack/query-async-storage-persister';
+import { type Mutation, MutationObserver, QueryClient } from '@tanstack/query-core';
+import { persistQueryClient } from '@tanstack/query-persist-client-core';
 import { createTRPCClient, httpBatchLink } from '@trpc/client';
+import type { inferRouterInputs, inferRouterOutputs } from '@trpc/server';
 import {
   createIdempotencyKey,
   DEFAULT_RETRY,
@@ -6,7 +10,12 @@ import {
   getIdempotencyReason,
   idempotencyHeaders,
   idempotencyLink,
+  isKeyExpiredError,
   isRetryableError,
+  readIdempotencyKey,
+  shouldPersistMutation,
+  type WithIdempotencyKey,
+  withIdempotencyKey,
 } from 'trpc-idempotency/client';
 import type { AppRouter } from '../src/app.js';
 
@@ -44,10 +53,12 @@ function failure(error: unknown): string {
   return `${status}${reason === undefined ? '' : ` ${reason}`}`;
 }
 
-/** One click, Pay or Resend: its line in Results and the retries the link made for it. */
+/** One click, Pay or Resend, or a payment resumed after a reload: its line in Results and its retries. */
 interface Call {
   line: HTMLLIElement;
   retries: string[];
+  /** Who retried: the client link (the default), or TanStack Query (`?retry=N`). */
+  retriedBy: string;
 }
 
 /**
@@ -95,14 +106,23 @@ const attemptsFor = (error: unknown) =>
 // `x-demo-crash: after-charge`, once; the link's retries go without it.
 let crashNext = false;
 
+/**
+ * `?retry=N`: TanStack Query retries a failed payment N times (100 ms apart) and the link does not;
+ * by default the link retries and TanStack does not. Either way every attempt sends the payment's key.
+ */
+const tanstackRetries = Number(new URLSearchParams(location.search).get('retry') ?? 0);
+/** How long the server keeps a key's outcome: payments.create's ttl (the layer's default, 24 h). */
+const KEY_TTL_MS = 24 * 60 * 60 * 1000;
+
 const client = createTRPCClient<AppRouter>({
   links: [
     idempotencyLink({
+      maxKeyAgeMs: KEY_TTL_MS, // an older key is not sent: the payment is shown as unresolved
       baseDelayMs: 300,
       // A 409 is retried about once a second (its Retry-After), for as long as attemptsFor allows.
       maxDelayMs: 2_000,
       maxAttempts: 1_000,
-      retry: ({ error, attempts }) => attempts < attemptsFor(error) && isRetryableError(error),
+      retry: ({ error, attempts }) => tanstackRetries === 0 && attempts < attemptsFor(error) && isRetryableError(error),
       onRetry: ({ op, attempts, key, delayMs, error }) => {
         log(
           `attempt ${attempts} failed (${error.message}); retrying with the same key ${short(key)} in ${Math.round(delayMs)} ms`,
@@ -139,7 +159,7 @@ function show(call: Call, outcome: string, headline: string, ...details: string[
   const n = call.retries.length;
   if (n > 0) {
     parts.push(
-      span('retried', `Retried ${n}× by the client link with the same key, after: ${call.retries.join('; ')}`),
+      span('retried', `Retried ${n}× by ${call.retriedBy} with the same key, after: ${call.retries.join('; ')}`),
     );
   }
   call.line.dataset.outcome = outcome;
@@ -153,20 +173,74 @@ const payment = createIdempotencyKey();
 // The key and amount of the last Pay, for "Resend with the last key".
 let last: { key: string; amount: number; currency: Currency } | undefined;
 
-/** Sends one payments.create with `key` and shows how it ended on a new line in Results. */
-async function send(key: string, amount: number, currency: Currency, what: string): Promise<unknown> {
+type PayInput = inferRouterInputs<AppRouter>['payments']['create'];
+type Charge = inferRouterOutputs<AppRouter>['payments']['create'];
+/** A payment as TanStack Query holds it: its input with its key (withIdempotencyKey). */
+type PayVariables = WithIdempotencyKey<PayInput>;
+const PAY = ['payments.create'];
+/** The line of each payment, by its variables: found again from the link's onRetry and the cache's events. */
+const calls = new WeakMap<object, Call>();
+
+// Each payment is a TanStack Query mutation whose variables carry its key. The persister keeps
+// the unsettled ones in localStorage (one paused while offline, and one still waiting for its
+// answer when the page goes away); the next load sends them again, with their keys.
+const queryClient = new QueryClient();
+queryClient.setMutationDefaults(PAY, {
+  mutationFn: (variables: PayVariables) =>
+    client.payments.create.mutate(variables, { context: { call: calls.get(variables) } }),
+  retry: (failures, error) => failures < tanstackRetries && isRetryableError(error),
+  retryDelay: 100,
+});
+queryClient.mount(); // resumes paused payments when the browser is back online
+const [, restored] = persistQueryClient({
+  queryClient,
+  persister: createAsyncStoragePersister({ storage: localStorage, key: 'checkout-payments', throttleTime: 0 }),
+  // Past TanStack's default of 24 h too: a payment older than its key's ttl is shown as unresolved, not dropped.
+  maxAge: Number.POSITIVE_INFINITY,
+  dehydrateOptions: { shouldDehydrateMutation: shouldPersistMutation },
+});
+
+queryClient.getMutationCache().subscribe((event) => {
+  if (event.type !== 'updated') return;
+  const variables = event.mutation.state.variables as PayVariables | undefined;
+  const call = variables === undefined ? undefined : calls.get(variables);
+  if (call === undefined || variables === undefined) return;
+  const key = short(readIdempotencyKey(variables)!.key);
+  if (event.action.type === 'pause') {
+    log(`offline: the payment with key ${key} waits for the network`);
+    show(call, 'paused', 'Waiting for the network — sent with the same key once back online', `key ${key}`);
+  } else if (event.action.type === 'failed') {
+    const error = event.action.error;
+    call.retriedBy = 'TanStack Query';
+    call.retries.push(failure(error));
+    log(
+      `attempt ${event.action.failureCount} failed (${(error as Error).message}); TanStack Query retries with the same key ${key}`,
+    );
+    show(call, 'pending', 'Retrying with the same key', `key ${key}`);
+  }
+});
+
+/** A date and time in the browser's zone: 2026-12-05 09:30:00. */
+const dateTime = (at: number) => {
+  const d = new Date(at);
+  const day = [d.getFullYear(), d.getMonth() + 1, d.getDate()].map((n) => String(n).padStart(2, '0')).join('-');
+  return `${day} ${clock(d)}`;
+};
+
+/** Runs one payment (`run`) and shows how it ended on a new line in Results. */
+async function send(variables: PayVariables, what: string, run: () => Promise<unknown>): Promise<unknown> {
+  const { key, createdAt } = readIdempotencyKey(variables)!;
+  const { amount, currency } = variables;
   const line = document.createElement('li');
   line.dataset.key = key;
   $('results').prepend(line);
-  const call: Call = { line, retries: [] };
+  const call: Call = { line, retries: [], retriedBy: 'the client link' };
+  calls.set(variables, call);
   const sent = `${what} ${money(amount, currency)} with key ${short(key)}`;
   show(call, 'pending', `${what}: sending ${money(amount, currency)}…`, `key ${short(key)}`);
   log(`${what} ${money(amount, currency)} with key ${short(key)}`);
   try {
-    const charge = await client.payments.create.mutate(
-      { amount, currency, clientTimestamp: Date.now() },
-      { context: { idempotencyKey: key, call } },
-    );
+    const charge = (await run()) as Charge;
     const answer = answers.get(key);
     const instance = answer?.instance ?? 'unknown';
     line.dataset.instance = instance;
@@ -222,7 +296,19 @@ async function send(key: string, amount: number, currency: Currency, what: strin
     const reason = getIdempotencyReason(error);
     const instance = answers.get(key)?.instance ?? 'no instance';
     line.dataset.instance = instance;
-    if (reason === 'payload_mismatch') {
+    if (isKeyExpiredError(error)) {
+      // Past the ttl the server may have forgotten this key: sent again, it could charge a second time.
+      log(
+        `${sent} not sent: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps answers (${KEY_TTL_MS / 3_600_000} h)`,
+      );
+      show(
+        call,
+        'unresolved',
+        `Unresolved — not sent again: its key was made at ${dateTime(createdAt)}, longer ago than the server keeps its answer (${KEY_TTL_MS / 3_600_000} h)`,
+        'Check Charges below before paying again',
+        sent,
+      );
+    } else if (reason === 'payload_mismatch') {
       const earlier = last?.key === key ? ` (it paid ${money(last.amount, last.currency)})` : '';
       log(
         `${what} ${money(amount, currency)} refused: ${status} payload_mismatch, the key was used for another amount${earlier}`,
@@ -292,7 +378,11 @@ $<HTMLFormElement>('checkout').addEventListener('submit', async (event) => {
   last = { key, amount, currency };
   $<HTMLButtonElement>('resend').disabled = false;
   crashNext = $<HTMLInputElement>('crash').checked;
-  const error = await send(key, amount, currency, 'Pay');
+  // The key travels in the variables: TanStack's retries, and a reload, send it again.
+  const variables = withIdempotencyKey({ amount, currency, clientTimestamp: Date.now() }, { key });
+  const error = await send(variables, 'Pay', () =>
+    new MutationObserver<Charge, Error, PayVariables>(queryClient, { mutationKey: PAY }).mutate(variables),
+  );
   payment.settle(error);
   $<HTMLInputElement>('drop').checked = false;
   $<HTMLInputElement>('crash').checked = false;
@@ -304,7 +394,10 @@ $<HTMLButtonElement>('resend').addEventListener('click', async () => {
   // A button outside the form's submit: check the field as a submit would.
   if (last === undefined || !$<HTMLInputElement>('amount').reportValidity()) return;
   const { amount, currency } = form();
-  await send(last.key, amount, currency, 'Resend');
+  const variables = withIdempotencyKey({ amount, currency, clientTimestamp: Date.now() }, { key: last.key });
+  await send(variables, 'Resend', () =>
+    new MutationObserver<Charge, Error, PayVariables>(queryClient, { mutationKey: PAY }).mutate(variables),
+  );
   await refresh();
 });
 
@@ -318,5 +411,18 @@ async function configure() {
   document.body.dataset.ready = 'true';
 }
 
+/** The payments a persister restored (unsettled when the page went away), sent again with their keys. */
+async function resume() {
+  await restored;
+  const unsettled = queryClient
+    .getMutationCache()
+    .getAll()
+    .filter((m) => m.state.status === 'pending' && shouldPersistMutation(m)) as Mutation<Charge, Error, PayVariables>[];
+  document.body.dataset.restored = String(unsettled.length);
+  await Promise.all(unsettled.map((m) => send(m.state.variables!, 'Resumed after reload:', () => m.continue())));
+  if (unsettled.length > 0) await refresh();
+}
+
 void configure();
 void refresh();
+void resume();

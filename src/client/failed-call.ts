@@ -140,6 +140,19 @@ export function isAbortError(error: unknown): boolean {
 }
 
 /**
+ * True if `idempotencyLink` refused to send a key older than its
+ * `maxKeyAgeMs` (an `IdempotencyKeyExpiredError`, or a client error wrapping
+ * one): the outcome is unresolved, and a retry with that key is never made.
+ */
+export function isKeyExpiredError(error: unknown): boolean {
+  for (let current: unknown = error, depth = 0; depth < 4 && current != null; depth++) {
+    if (fields(current)?.name === 'IdempotencyKeyExpiredError') return true;
+    current = fields(current)?.cause;
+  }
+  return false;
+}
+
+/**
  * The default retry policy: true when a retry with the same key can succeed
  * and cannot run the operation twice.
  * - the reason, when the server sent one: `in_progress`, `store_unavailable`
@@ -151,9 +164,11 @@ export function isAbortError(error: unknown): boolean {
  * - else the status: {@link RETRYABLE_STATUSES}, a 409 only when it is the
  *   layer's in-flight answer (a Retry-After header, or its in-flight message);
  * - no status (network failure, timeout, an unreadable answer): retried, since
- *   nothing definitive came back. An abort is never retried.
+ *   nothing definitive came back. An abort, and a key too old to send
+ *   ({@link isKeyExpiredError}), are never retried.
  */
 export function isRetryableError(error: unknown): boolean {
+  if (isKeyExpiredError(error)) return false; // never sent: a retry would meet the same refusal
   const reason = getIdempotencyReason(error);
   if (reason !== undefined) {
     return reason === 'in_progress' || reason === 'store_unavailable' || reason === 'step_unrecorded';

@@ -4,8 +4,9 @@ import type { AnyTRPCRouter } from '@trpc/server';
 // entry loads at run time: @trpc/client imports it (and other @trpc/server
 // modules) itself, so it adds nothing to what a tRPC client already loads.
 import { observable, type Unsubscribable } from '@trpc/server/observable';
-import { checkFunction, checkTimerMs, checkWholeNumber, configError } from '../core/options.js';
+import { checkFunction, checkPositiveMs, checkTimerMs, checkWholeNumber, configError } from '../core/options.js';
 import { backoffDelay, DEFAULT_RETRY } from './backoff.js';
+import { IdempotencyKeyExpiredError, readIdempotencyKey, withoutIdempotencyKey } from './carried-key.js';
 import { getRetryAfterMs, isRetryableError } from './failed-call.js';
 import { canMakeRandomKeys, randomKey, resolveKey } from './key-holder.js';
 
@@ -67,17 +68,33 @@ export interface IdempotencyLinkOptions {
    */
   generateKey?: () => string;
   /**
+   * The oldest key carried in an input (`withIdempotencyKey`) that is sent, in ms since it was made; an older
+   * one fails with `IdempotencyKeyExpiredError`, unsent. Set it to the server's `ttl`: past it the server may
+   * have forgotten the first outcome and would run the call again.
+   * @default 86_400_000 (24 h, the server's default ttl)
+   */
+  maxKeyAgeMs?: number;
+  /**
+   * The clock that `maxKeyAgeMs` is measured with, in ms since the epoch: the one `withIdempotencyKey` dates keys with.
+   * @default Date.now
+   */
+  now?: () => number;
+  /**
    * A random number in [0, 1), for the jitter.
    * @default Math.random
    */
   random?: () => number;
 }
 
+/** The server's default `ttl`, the default of `maxKeyAgeMs`. */
+const DEFAULT_MAX_KEY_AGE_MS = 24 * 60 * 60 * 1000;
+
 /**
  * Gives every mutation one idempotency key and retries it with that key.
  *
- * The key is the caller's `context.idempotencyKey` (a string, or a holder from
- * `createIdempotencyKey()`), else a new UUID v4; it is fixed once per
+ * The key is the one the input carries (`withIdempotencyKey(input)`, taken out
+ * of the input before it is sent), else the caller's `context.idempotencyKey`
+ * (a string, or a holder from `createIdempotencyKey()`), else a new UUID v4; it is fixed once per
  * operation and sent on every attempt, so a retry can only replay or finish
  * the first execution. The link derives a new operation and never changes the
  * caller's context object. Queries and subscriptions pass through untouched.
@@ -101,16 +118,35 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
   const retry = options.retry ?? (({ error }: IdempotencyRetryOptions) => isRetryableError(error));
   const generateKey = options.generateKey ?? randomKey;
   const random = options.random ?? Math.random;
+  const maxKeyAgeMs = options.maxKeyAgeMs ?? DEFAULT_MAX_KEY_AGE_MS;
+  const now = options.now ?? Date.now;
   const where = 'idempotencyLink';
   checkWholeNumber(maxAttempts, 'maxAttempts', where, { min: 1 });
   checkTimerMs(baseDelayMs, 'baseDelayMs', where, { allowZero: true });
   checkTimerMs(maxDelayMs, 'maxDelayMs', where, { allowZero: true });
-  for (const name of ['retry', 'onRetry', 'generateKey', 'random'] as const) {
+  checkPositiveMs(maxKeyAgeMs, 'maxKeyAgeMs', where);
+  for (const name of ['retry', 'onRetry', 'generateKey', 'random', 'now'] as const) {
     if (options[name] !== undefined) checkFunction(options[name], name, where);
   }
   if (timeoutMs !== undefined) checkTimerMs(timeoutMs, 'timeoutMs', where);
   if (options.generateKey === undefined && !canMakeRandomKeys()) {
     throw configError(where, 'this runtime has no Web Crypto API to make keys; pass generateKey.');
+  }
+
+  /** `op` with its key in a new context (TanStack Query passes one context object to every call), and without the key the input carried. */
+  function keyedOperation(op: Operation): Operation {
+    const carried = readIdempotencyKey(op.input);
+    if (carried === undefined) {
+      return { ...op, context: { ...op.context, idempotencyKey: resolveKey(op.context.idempotencyKey, generateKey) } };
+    }
+    if (op.context.idempotencyKey !== undefined && op.context.idempotencyKey !== null) {
+      throw new TypeError(
+        `trpc-idempotency: ${op.path} got a key in its input (withIdempotencyKey) and one in context.idempotencyKey. Pass it one way only.`,
+      );
+    }
+    if (now() - carried.createdAt > maxKeyAgeMs) throw new IdempotencyKeyExpiredError({ ...carried, maxKeyAgeMs });
+    const input = withoutIdempotencyKey(op.input as object);
+    return { ...op, input, context: { ...op.context, idempotencyKey: carried.key } };
   }
 
   return () => {
@@ -120,15 +156,14 @@ export function idempotencyLink<TRouter extends AnyTRPCRouter = AnyTRPCRouter>(
       if (op.type !== 'mutation') return next(op);
       return observable<OperationResultEnvelope<unknown, ClientError>, ClientError>((observer) => {
         const signal = op.signal ?? undefined;
-        let key: string;
+        let keyed: Operation;
         try {
-          key = resolveKey(op.context.idempotencyKey, generateKey);
+          keyed = keyedOperation(op);
         } catch (cause) {
           observer.error(TRPCClientError.from(cause as Error));
           return () => {};
         }
-        // A new operation and a new context: TanStack Query passes one context object to every call.
-        const keyed: Operation = { ...op, context: { ...op.context, idempotencyKey: key } };
+        const key = keyed.context.idempotencyKey as string;
         let attempts = 0;
         let current: Unsubscribable | undefined;
         let waitTimer: ReturnType<typeof setTimeout> | undefined;

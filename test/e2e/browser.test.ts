@@ -10,8 +10,8 @@
  */
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Browser, BrowserContext, Page, Route } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium } from '../helpers/browser.js';
 import { isolatedSchema, type PgSchema } from '../helpers/postgres.js';
 import { sleep } from '../helpers/redis.js';
@@ -80,8 +80,8 @@ interface Line {
   chargeId?: number;
 }
 /** The lines of Results, oldest first. */
-const lines = async (): Promise<Line[]> => {
-  const shown = await page.locator('#results li').evaluateAll((items) =>
+const lines = async (on: Page = page): Promise<Line[]> => {
+  const shown = await on.locator('#results li').evaluateAll((items) =>
     items.map((li) => ({
       outcome: li.getAttribute('data-outcome') ?? '',
       key: li.getAttribute('data-key') ?? '',
@@ -103,11 +103,11 @@ const events = async () => (await page.locator('#log li .what').allTextContents(
 const short = (key: string) => `${key.slice(0, 8)}…`;
 
 /** Waits until Results has `count` more lines than `before` and none is pending; returns the new ones, oldest first. */
-const settled = async (before: number, count: number): Promise<Line[]> => {
+const settled = async (before: number, count: number, on: Page = page): Promise<Line[]> => {
   await expect
-    .poll(async () => (await lines()).filter((l) => l.outcome !== 'pending').length, { timeout: 20_000 })
+    .poll(async () => (await lines(on)).filter((l) => l.outcome !== 'pending').length, { timeout: 20_000 })
     .toBe(before + count);
-  const all = await lines();
+  const all = await lines(on);
   expect(all).toHaveLength(before + count);
   return all.slice(before);
 };
@@ -284,5 +284,193 @@ describe('checkout page', () => {
     // Chromium fetches the favicon itself: Playwright reports no request for it, only the console
     // error of a failed load, located at its URL (/favicon.ico when the page names no icon).
     expect(consoleErrors.filter((e) => !provoked.test(e))).toEqual([]);
+  });
+});
+
+/**
+ * Payments that outlive the page: the page holds each payment as a TanStack Query mutation whose
+ * variables carry its key (withIdempotencyKey), persisted in localStorage. A tab of its own, in a
+ * browser context of its own (its own localStorage and network), on the same instance and browser.
+ */
+describe('a payment across a reload, a closed tab, the network and TanStack retries', () => {
+  let context: BrowserContext;
+  beforeAll(async () => {
+    context = await browser.newContext({ timezoneId: TIME_ZONE });
+  });
+  afterAll(async () => {
+    await context?.close();
+  });
+  // A test that failed leaves no tab behind to resume its payment in the next one.
+  const tabs: Page[] = [];
+  afterEach(async () => {
+    await Promise.all(tabs.splice(0).map((tab) => tab.close()));
+  });
+
+  /** A new tab on the page, once it has restored what was persisted. */
+  const open = async (query = '', before?: (tab: Page) => Promise<unknown>) => {
+    const tab = await context.newPage();
+    tabs.push(tab);
+    await before?.(tab);
+    await tab.goto(`${app.url}/${query}`);
+    await tab.waitForSelector('body[data-restored]');
+    return tab;
+  };
+  /** The key of each payments.create request the tab sends (one call per request: nothing else is batched with it). */
+  const wire = (tab: Page) => {
+    const keys: string[] = [];
+    tab.on('request', (request) => {
+      if (request.url().includes('/trpc/payments.create')) keys.push(request.headers()['idempotency-key-0'] ?? '');
+    });
+    return keys;
+  };
+  /** The payments the page has persisted: key, status, paused. */
+  const persisted = async (tab: Page) => {
+    // runs in the page (the test's tsconfig has no DOM types)
+    const stored = await tab.evaluate(() =>
+      (globalThis as unknown as { localStorage: { getItem(key: string): string | null } }).localStorage.getItem(
+        'checkout-payments',
+      ),
+    );
+    if (stored === null) return [];
+    const { mutations } = JSON.parse(stored).clientState as {
+      mutations: { state: { status: string; isPaused: boolean; variables: { '~idempotency': { key: string } } } }[];
+    };
+    return mutations.map(({ state }) => ({
+      key: state.variables['~idempotency'].key,
+      status: state.status,
+      isPaused: state.isPaused,
+    }));
+  };
+  /**
+   * Lets the tab's first payments.create reach the server, which charges and answers, and keeps
+   * the answer from the page, which waits on as for a lost response; later ones pass.
+   */
+  const holdFirstAnswer = async (tab: Page) => {
+    const held: Route[] = [];
+    let first = true;
+    await tab.route('**/trpc/payments.create**', async (route) => {
+      if (!first) return route.continue();
+      first = false;
+      await route.fetch();
+      held.push(route); // answered, never fulfilled
+    });
+    return held;
+  };
+
+  it('an answer lost, the page reloaded while the payment waits: the reload sends the key again and shows the replay; one charge', async () => {
+    const tab = await open();
+    const keys = wire(tab);
+    const charges = await ledger();
+    const held = await holdFirstAnswer(tab);
+    await tab.fill('#amount', '51.00');
+    await tab.click('#pay');
+    await expect.poll(() => held.length, { timeout: 20_000 }).toBe(1);
+    expect(await ledger()).toBe(charges + 1); // charged; the page has no answer
+    const [key] = keys;
+    await expect.poll(() => persisted(tab)).toEqual([{ key, status: 'pending', isPaused: false }]);
+
+    await tab.reload();
+    await tab.waitForSelector('body[data-restored="1"]');
+    const [resumed] = await settled(0, 1, tab);
+    expect(resumed).toMatchObject({ outcome: 'replayed', key, retries: 0, instance: 'browser' });
+    const charged = await chargedAt(resumed!.chargeId!);
+    expect(resumed!.headline).toBe(`Replayed — originally charged at ${charged.shown}`);
+    expect(resumed!.detail).toContain('51.00 EUR, not charged again');
+    expect(keys).toEqual([key, key]);
+    expect(await ledger()).toBe(charges + 1);
+    await expect.poll(() => persisted(tab)).toEqual([]);
+    await tab.screenshot({ path: `${artifacts}checkout-reload-replayed.png`, fullPage: true });
+    await tab.close();
+  });
+
+  it('offline: the payment waits with its key, outlives its tab, and is charged once when the page opens online', async () => {
+    const tab = await open();
+    const sentBefore = wire(tab);
+    const charges = await ledger();
+    await context.setOffline(true);
+    await tab.fill('#amount', '52.00');
+    await tab.click('#pay');
+    await expect.poll(async () => (await lines(tab)).map((l) => l.outcome)).toEqual(['paused']);
+    const [waiting] = await lines(tab);
+    expect(waiting!.headline).toBe('Waiting for the network — sent with the same key once back online');
+    await expect.poll(() => persisted(tab)).toEqual([{ key: waiting!.key, status: 'pending', isPaused: true }]);
+    // offline the page cannot load again: a reload ends on the browser's error page; the tab is closed
+    await expect(tab.reload()).rejects.toThrow(/ERR_INTERNET_DISCONNECTED/);
+    await tab.close();
+    expect(sentBefore).toEqual([]); // nothing left the browser
+
+    await context.setOffline(false);
+    let keys: string[] = [];
+    const next = await open('', async (tab) => {
+      keys = wire(tab);
+    });
+    expect(await next.getAttribute('body', 'data-restored')).toBe('1');
+    const [paid] = await settled(0, 1, next);
+    // 'replayed' in some runs: the server got the key twice while the page sent it once (a resend
+    // below the page as the emulated network comes back); the second met the first in flight (409)
+    // and the link got its outcome. One charge either way.
+    expect(['charged', 'replayed']).toContain(paid!.outcome);
+    expect(paid).toMatchObject({ key: waiting!.key, instance: 'browser' });
+    expect(paid!.detail).toContain('52.00 EUR');
+    expect(keys.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(keys)).toEqual(new Set([waiting!.key]));
+    expect(await ledger()).toBe(charges + 1);
+    await expect.poll(() => persisted(next)).toEqual([]);
+  });
+
+  it('TanStack Query retry: 3 (the link not retrying), two answers dropped: three requests with one key, one charge, the replay shown', async () => {
+    const tab = await open('?retry=3');
+    const keys = wire(tab);
+    const charges = await ledger();
+    let dropped = 0;
+    await tab.route('**/trpc/payments.create**', async (route) => {
+      if (dropped === 2) return route.continue();
+      dropped++;
+      await route.fetch(); // the server charges (or replays) and answers; the answer is lost
+      await route.abort('connectionreset');
+    });
+    await tab.fill('#amount', '53.00');
+    await tab.click('#pay');
+    const [line] = await settled(0, 1, tab);
+    expect(line).toMatchObject({ outcome: 'replayed', retries: 2, instance: 'browser' });
+    expect(line!.retried).toMatch(
+      /^Retried 2× by TanStack Query with the same key, after: no answer \(.*\); no answer/,
+    );
+    expect(keys).toEqual([line!.key, line!.key, line!.key]);
+    expect(await ledger()).toBe(charges + 1);
+    await tab.close();
+  });
+
+  it('a key older than the server keeps answers (24 h) is not sent: the payment is shown as unresolved, never charged twice', async () => {
+    const tab = await open();
+    const charges = await ledger();
+    const held = await holdFirstAnswer(tab);
+    await tab.fill('#amount', '54.00');
+    await tab.click('#pay');
+    await expect.poll(() => held.length, { timeout: 20_000 }).toBe(1);
+    await expect.poll(async () => (await persisted(tab)).length).toBe(1);
+    const [pending] = await persisted(tab);
+    expect(pending).toMatchObject({ status: 'pending', isPaused: false });
+    await tab.close(); // the tab is closed while the payment waits for its answer
+
+    // the next visit, 25 h later by the browser's clock
+    const later = await open('', (next) =>
+      next.addInitScript(() => {
+        const realNow = Date.now;
+        Date.now = () => realNow() + 25 * 3_600_000;
+      }),
+    );
+    const keys = wire(later);
+    const [line] = await settled(0, 1, later);
+    expect(line).toMatchObject({ outcome: 'unresolved', key: pending!.key });
+    expect(line!.headline).toMatch(
+      /^Unresolved — not sent again: its key was made at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, longer ago than the server keeps its answer \(24 h\)$/,
+    );
+    expect(line!.detail).toContain('Check Charges below before paying again');
+    expect(keys).toEqual([]);
+    expect(await ledger()).toBe(charges + 1); // the first request's charge, once
+    await expect.poll(() => persisted(later)).toEqual([]);
+    await later.screenshot({ path: `${artifacts}checkout-key-expired.png`, fullPage: true });
+    await later.close();
   });
 });
