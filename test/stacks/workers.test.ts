@@ -14,14 +14,18 @@
  * workerd directly, from a config with a socket per Worker.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf } from '../../scripts/check-docs.js';
+import { describeStoreContract } from '../contract/store-contract.js';
+import { sleep } from '../helpers/redis.js';
 import { STEPS, scenario, stats } from './http-scenario.js';
 import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
+import { forwardingStore } from './workers/forwarding-store.js';
 
 /** What the project installs beside the packed library. */
 const DEPENDENCIES = {
@@ -37,13 +41,16 @@ const WORKERS = [
   { name: 'web', date: '2025-01-01', nodeModules: false },
 ] as const;
 
+/** The two Workers that serve store-worker.ts: the first holds the shards' namespace, the second binds it. */
+const STORE_WORKERS = ['storeA', 'storeB'] as const;
+
 const timings: Record<string, number> = {};
 const rows: string[] = [];
 let dir: string;
 let workerd: ChildProcess | undefined;
 let output = '';
 const bases: Record<string, string> = {};
-let bundled: { inputs: string[]; bytes: number } | undefined;
+let bundled: { inputs: string[]; bytes: number; storeBytes: number } | undefined;
 
 function writeFile(file: string, text: string) {
   mkdirSync(dirname(join(dir, file)), { recursive: true });
@@ -67,21 +74,21 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once `${base}/stats` answers 200. */
-async function serving(base: string): Promise<void> {
+/** Resolves once `url` answers 200. */
+async function serving(url: string): Promise<void> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
     if (workerd?.exitCode !== null || workerd.signalCode !== null)
       throw new Error(`workerd exited with ${workerd?.exitCode ?? workerd?.signalCode}:\n${output}`);
     try {
-      const response = await fetch(`${base}/stats`, { signal: AbortSignal.timeout(2_000) });
+      const response = await fetch(url, { signal: AbortSignal.timeout(2_000) });
       if (response.ok) return;
     } catch {
       // not listening yet
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error(`${base}/stats did not answer within 30 s:\n${output}`);
+  throw new Error(`${url} did not answer within 30 s:\n${output}`);
 }
 
 beforeAll(async () => {
@@ -105,12 +112,13 @@ beforeAll(async () => {
   // docs/workers.md's worker.ts, beside the router this test serves
   writeFile('src/worker.ts', snippet('docs/workers.md', 'worker.ts'));
   writeFile('src/router.ts', readFileSync(join(REPO, 'test/stacks/workers/router.ts'), 'utf8'));
+  writeFile('src/store-worker.ts', readFileSync(join(REPO, 'test/stacks/workers/store-worker.ts'), 'utf8'));
   writeFile(
     'bundle.mjs',
     `import { build } from 'esbuild';
 const result = await build({
-  entryPoints: ['src/worker.ts'],
-  outfile: 'out/worker.js',
+  entryPoints: ['src/worker.ts', 'src/store-worker.ts'],
+  outdir: 'out',
   bundle: true,
   format: 'esm',
   platform: 'neutral',
@@ -120,31 +128,58 @@ const result = await build({
   metafile: true,
   logLevel: 'error',
 });
-console.log(JSON.stringify({ inputs: Object.keys(result.metafile.inputs), bytes: result.metafile.outputs['out/worker.js'].bytes }));
+const out = result.metafile.outputs['out/worker.js'];
+console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, storeBytes: result.metafile.outputs['out/store-worker.js'].bytes }));
 `,
   );
   const bundle = await run(process.execPath, ['bundle.mjs'], dir);
   timings.esbuild = bundle.ms;
-  bundled = JSON.parse(bundle.output.trim().split('\n').at(-1)!) as { inputs: string[]; bytes: number };
+  bundled = JSON.parse(bundle.output.trim().split('\n').at(-1)!) as typeof bundled;
 
-  const ports = [await freePort(), await freePort()];
+  // The two Workers of the scenario, and the two of the store contract: storeA holds the shards' namespace
+  // (SQLite-backed, in a directory of the test's), storeB binds the same one (another isolate, the same objects).
+  mkdirSync(join(dir, 'objects'));
+  const names = [...WORKERS.map((w) => w.name), ...STORE_WORKERS];
+  const ports = await Promise.all(names.map(() => freePort()));
   const worker = (w: (typeof WORKERS)[number]) =>
     `const ${w.name}Worker :Workerd.Worker = (\n  modules = [ (name = "worker.js", esModule = embed "out/worker.js") ],\n  compatibilityDate = "${w.date}",\n);\n`;
+  const storeWorker = (name: string, own: boolean) =>
+    [
+      `const ${name}Worker :Workerd.Worker = (`,
+      '  modules = [ (name = "worker.js", esModule = embed "out/store-worker.js") ],',
+      '  compatibilityDate = "2026-11-01",',
+      ...(own
+        ? [
+            '  durableObjectNamespaces = [ (className = "TestShard", uniqueKey = "trpc-idempotency-test", enableSql = true) ],',
+            // SQLite-backed objects need a disk: workerd's in-memory storage has no SQL API
+            '  durableObjectStorage = (localDisk = "objects"),',
+            '  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = "TestShard") ],',
+          ]
+        : [
+            `  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = (className = "TestShard", serviceName = "${STORE_WORKERS[0]}")) ],`,
+          ]),
+      ');',
+      '',
+    ].join('\n');
   writeFile(
     'config.capnp',
     [
       'using Workerd = import "/workerd/workerd.capnp";',
       '',
       'const config :Workerd.Config = (',
-      `  services = [ ${WORKERS.map((w) => `(name = "${w.name}", worker = .${w.name}Worker)`).join(', ')} ],`,
-      `  sockets = [ ${WORKERS.map((w, i) => `(name = "${w.name}", address = "127.0.0.1:${ports[i]}", http = (), service = "${w.name}")`).join(', ')} ],`,
+      `  services = [ ${names.map((name) => `(name = "${name}", worker = .${name}Worker)`).join(', ')}, (name = "objects", disk = (path = "${join(dir, 'objects')}", writable = true)) ],`,
+      `  sockets = [ ${names.map((name, i) => `(name = "${name}", address = "127.0.0.1:${ports[i]}", http = (), service = "${name}")`).join(', ')} ],`,
       ');',
       '',
       ...WORKERS.map(worker),
+      ...STORE_WORKERS.map((name, i) => storeWorker(name, i === 0)),
     ].join('\n'),
   );
   WORKERS.forEach((w, i) => {
     bases[w.name] = `http://127.0.0.1:${ports[i]}/trpc`;
+  });
+  STORE_WORKERS.forEach((name, i) => {
+    bases[name] = `http://127.0.0.1:${ports[WORKERS.length + i]}`;
   });
 
   const started = performance.now();
@@ -155,7 +190,10 @@ console.log(JSON.stringify({ inputs: Object.keys(result.metafile.inputs), bytes:
   });
   workerd.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   workerd.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  await Promise.all(Object.values(bases).map(serving));
+  await Promise.all([
+    ...WORKERS.map((w) => serving(`${bases[w.name]}/stats`)),
+    ...STORE_WORKERS.map((name) => serving(bases[name]!)),
+  ]);
   timings['workerd started'] = Math.round(performance.now() - started);
 }, 300_000);
 
@@ -222,4 +260,47 @@ describe('docs/workers.md inside workerd, with the packed library', () => {
       expect(output).not.toMatch(/hung and would never generate a response/);
     });
   }
+});
+
+describe('the Durable Object store inside workerd (test/stacks/workers/store-worker.ts, from the packed library)', () => {
+  it('two Workers bound to one namespace (two isolates) share the records: one of many claims of a key wins, wherever each lands', async () => {
+    const [a, b] = STORE_WORKERS.map((name) => forwardingStore(bases[name]!));
+    const id = `scope:isolates.op:${randomUUID()}`;
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        (i % 2 === 0 ? a! : b!).claim({ id, fingerprint: 'fp', token: `t${i}`, lockTtl: 10_000 }),
+      ),
+    );
+    expect(results.filter((r) => r.state === 'acquired')).toHaveLength(1);
+    const winner = results.findIndex((r) => r.state === 'acquired');
+    expect(
+      await (winner % 2 === 0 ? b! : a!).complete({
+        id,
+        fingerprint: 'fp',
+        token: `t${winner}`,
+        state: 'completed',
+        body: 'once',
+        ttl: 60_000,
+      }),
+    ).toBe('stored');
+    expect(await a!.claim({ id, fingerprint: 'fp', token: 'again', lockTtl: 1_000 })).toMatchObject({
+      state: 'completed',
+      body: 'once',
+    });
+  });
+
+  it("the shard's alarm deletes the rows that expired (reads ignore them from the moment they expire)", async () => {
+    const store = forwardingStore(bases.storeA!);
+    const before = await store.rows();
+    const ids = Array.from({ length: 5 }, () => `scope:alarm.op:${randomUUID()}`);
+    for (const id of ids)
+      expect((await store.claim({ id, fingerprint: 'fp', token: 'a', lockTtl: 200 })).state).toBe('acquired');
+    expect(await store.rows()).toBeGreaterThanOrEqual(before + ids.length);
+    // TestShard sweeps at each expiry (sweepInterval 0): the rows go without any call reading them
+    await expect.poll(() => store.rows(), { timeout: 5_000, interval: 100 }).toBeLessThanOrEqual(before);
+  });
+});
+
+describeStoreContract('durable-object (workerd)', () => ({ store: forwardingStore(bases.storeA!), advance: sleep }), {
+  notifies: false,
 });
