@@ -43,6 +43,8 @@ const WORKERS = [
 
 /** The two Workers that serve store-worker.ts: the first holds the shards' namespace, the second binds it. */
 const STORE_WORKERS = ['storeA', 'storeB'] as const;
+/** The two Workers that serve docs/workers.md's durable-worker.ts, in the same way. */
+const DURABLE_WORKERS = ['durableA', 'durableB'] as const;
 
 const timings: Record<string, number> = {};
 const rows: string[] = [];
@@ -74,7 +76,7 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once `url` answers 200. */
+/** Resolves once `url` answers (any status: the Worker behind it serves). */
 async function serving(url: string): Promise<void> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
@@ -82,7 +84,8 @@ async function serving(url: string): Promise<void> {
       throw new Error(`workerd exited with ${workerd?.exitCode ?? workerd?.signalCode}:\n${output}`);
     try {
       const response = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-      if (response.ok) return;
+      await response.arrayBuffer();
+      return;
     } catch {
       // not listening yet
     }
@@ -112,12 +115,13 @@ beforeAll(async () => {
   // docs/workers.md's worker.ts, beside the router this test serves
   writeFile('src/worker.ts', snippet('docs/workers.md', 'worker.ts'));
   writeFile('src/router.ts', readFileSync(join(REPO, 'test/stacks/workers/router.ts'), 'utf8'));
+  writeFile('src/durable-worker.ts', snippet('docs/workers.md', 'durable-worker.ts'));
   writeFile('src/store-worker.ts', readFileSync(join(REPO, 'test/stacks/workers/store-worker.ts'), 'utf8'));
   writeFile(
     'bundle.mjs',
     `import { build } from 'esbuild';
 const result = await build({
-  entryPoints: ['src/worker.ts', 'src/store-worker.ts'],
+  entryPoints: ['src/worker.ts', 'src/store-worker.ts', 'src/durable-worker.ts'],
   outdir: 'out',
   bundle: true,
   format: 'esm',
@@ -139,24 +143,25 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
   // The two Workers of the scenario, and the two of the store contract: storeA holds the shards' namespace
   // (SQLite-backed, in a directory of the test's), storeB binds the same one (another isolate, the same objects).
   mkdirSync(join(dir, 'objects'));
-  const names = [...WORKERS.map((w) => w.name), ...STORE_WORKERS];
+  const names = [...WORKERS.map((w) => w.name), ...STORE_WORKERS, ...DURABLE_WORKERS];
   const ports = await Promise.all(names.map(() => freePort()));
   const worker = (w: (typeof WORKERS)[number]) =>
     `const ${w.name}Worker :Workerd.Worker = (\n  modules = [ (name = "worker.js", esModule = embed "out/worker.js") ],\n  compatibilityDate = "${w.date}",\n);\n`;
-  const storeWorker = (name: string, own: boolean) =>
+  /** A Worker of `file` whose binding IDEMPOTENCY is the namespace of `className`: its own (`owner` absent), or owner's. */
+  const boundWorker = (name: string, file: string, className: string, owner?: string) =>
     [
       `const ${name}Worker :Workerd.Worker = (`,
-      '  modules = [ (name = "worker.js", esModule = embed "out/store-worker.js") ],',
+      `  modules = [ (name = "worker.js", esModule = embed "out/${file}") ],`,
       '  compatibilityDate = "2026-11-01",',
-      ...(own
+      ...(owner === undefined
         ? [
-            '  durableObjectNamespaces = [ (className = "TestShard", uniqueKey = "trpc-idempotency-test", enableSql = true) ],',
+            `  durableObjectNamespaces = [ (className = "${className}", uniqueKey = "${name}", enableSql = true) ],`,
             // SQLite-backed objects need a disk: workerd's in-memory storage has no SQL API
             '  durableObjectStorage = (localDisk = "objects"),',
-            '  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = "TestShard") ],',
+            `  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = "${className}") ],`,
           ]
         : [
-            `  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = (className = "TestShard", serviceName = "${STORE_WORKERS[0]}")) ],`,
+            `  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = (className = "${className}", serviceName = "${owner}")) ],`,
           ]),
       ');',
       '',
@@ -172,7 +177,12 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
       ');',
       '',
       ...WORKERS.map(worker),
-      ...STORE_WORKERS.map((name, i) => storeWorker(name, i === 0)),
+      ...STORE_WORKERS.map((name, i) =>
+        boundWorker(name, 'store-worker.js', 'TestShard', i === 0 ? undefined : STORE_WORKERS[0]),
+      ),
+      ...DURABLE_WORKERS.map((name, i) =>
+        boundWorker(name, 'durable-worker.js', 'IdempotencyShard', i === 0 ? undefined : DURABLE_WORKERS[0]),
+      ),
     ].join('\n'),
   );
   WORKERS.forEach((w, i) => {
@@ -180,6 +190,9 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
   });
   STORE_WORKERS.forEach((name, i) => {
     bases[name] = `http://127.0.0.1:${ports[WORKERS.length + i]}`;
+  });
+  DURABLE_WORKERS.forEach((name, i) => {
+    bases[name] = `http://127.0.0.1:${ports[WORKERS.length + STORE_WORKERS.length + i]}/trpc`;
   });
 
   const started = performance.now();
@@ -192,7 +205,7 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
   workerd.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   await Promise.all([
     ...WORKERS.map((w) => serving(`${bases[w.name]}/stats`)),
-    ...STORE_WORKERS.map((name) => serving(bases[name]!)),
+    ...[...STORE_WORKERS, ...DURABLE_WORKERS].map((name) => serving(bases[name]!)),
   ]);
   timings['workerd started'] = Math.round(performance.now() - started);
 }, 300_000);
@@ -260,6 +273,37 @@ describe('docs/workers.md inside workerd, with the packed library', () => {
       expect(output).not.toMatch(/hung and would never generate a response/);
     });
   }
+});
+
+/** One call of `pay` with `key`: its status, whether it was replayed, and its result. */
+async function pay(base: string, key: string) {
+  const response = await fetch(`${base}/pay`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify({ amount: 100 }),
+  });
+  const body = (await response.json()) as { result?: { data?: { chargeId: string } } };
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), data: body.result?.data };
+}
+
+describe('a key retried through another isolate', () => {
+  it("the memory store of one isolate is not another's: one key paid through the two Workers of worker.ts runs twice", async () => {
+    const key = randomUUID();
+    const [first, second] = [await pay(bases.compat!, key), await pay(bases.web!, key)];
+    expect([first, second].map((answer) => [answer.status, answer.replayed])).toEqual([
+      [200, null],
+      [200, null],
+    ]);
+    expect(second.data!.chargeId).not.toBe(first.data!.chargeId);
+  });
+
+  it('durable-worker.ts in two Workers bound to one namespace: a key paid through one is replayed by the other, run once', async () => {
+    const key = randomUUID();
+    const first = await pay(bases.durableA!, key);
+    const again = await pay(bases.durableB!, key);
+    expect(first).toMatchObject({ status: 200, replayed: null, data: { chargeId: expect.any(String) } });
+    expect(again).toEqual({ ...first, replayed: 'true' });
+  });
 });
 
 describe('the Durable Object store inside workerd (test/stacks/workers/store-worker.ts, from the packed library)', () => {
