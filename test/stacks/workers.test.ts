@@ -23,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf } from '../../scripts/check-docs.js';
 import { describeStoreContract } from '../contract/store-contract.js';
 import { sleep } from '../helpers/redis.js';
+import { modelTest } from '../model/model-run.js';
 import { STEPS, scenario, stats } from './http-scenario.js';
 import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
 import { forwardingStore } from './workers/forwarding-store.js';
@@ -347,4 +348,14 @@ describe('the Durable Object store inside workerd (test/stacks/workers/store-wor
 
 describeStoreContract('durable-object (workerd)', () => ({ store: forwardingStore(bases.storeA!), advance: sleep }), {
   notifies: false,
+});
+
+// The model-based contract (test/model): random sequences against the oracle, timed on this machine's clock, which
+// workerd's objects read too. 20 sequences here (about 3 s); npm run test:workers:model runs MODEL_RUNS of them (1,000 unless set).
+describe('durable-object (workerd), model', () => {
+  modelTest(
+    'durable-object (workerd)',
+    () => ({ store: forwardingStore(bases.storeA!), clock: Date.now, advance: sleep, slack: 2 }),
+    20,
+  );
 });

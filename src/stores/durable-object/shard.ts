@@ -149,14 +149,16 @@ export class IdempotencyShard {
   /** One call, inside the transaction: its answer, and the earliest expiry it wrote (for the alarm). */
   #run(call: ShardCall, input: never, now: number): [unknown, number | undefined] {
     switch (call) {
-      case 'claim':
-        return this.#transition(input, claim, now, (answer, loaded) => {
-          const { waiting } = input as ShardCalls['claim'][0];
-          // A waiter on a held claim shows in the operator's reads, as on the stores that notify.
+      case 'claim': {
+        // `expiresIn` is for the waiters of a store that notifies (src/core/store.ts): these poll, so the rule
+        // runs as for a claim that does not wait. The waiter still shows in the operator's reads.
+        const { waiting, ...asked } = input as ShardCalls['claim'][0];
+        return this.#transition(asked, claim, now, (answer, loaded) => {
           if (waiting === true && answer.state === 'in_progress' && !loaded.waiting) {
-            this.#sql.exec('UPDATE idempotency_records SET waiting = 1 WHERE id = ?', (input as { id: string }).id);
+            this.#sql.exec('UPDATE idempotency_records SET waiting = 1 WHERE id = ?', asked.id);
           }
         });
+      }
       case 'complete':
         return this.#transition(input, complete, now);
       case 'release':
