@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf } from '../../scripts/check-docs.js';
+import { durableObjectStore } from '../../src/durable-object.js';
 import { describeStoreContract } from '../contract/store-contract.js';
 import { sleep } from '../helpers/redis.js';
 import { modelTest } from '../model/model-run.js';
@@ -42,8 +43,11 @@ const WORKERS = [
   { name: 'web', date: '2025-01-01', nodeModules: false },
 ] as const;
 
-/** The two Workers that serve store-worker.ts: the first holds the shards' namespace, the second binds it. */
-const STORE_WORKERS = ['storeA', 'storeB'] as const;
+/**
+ * The Workers that serve store-worker.ts: storeA holds the shards' namespace, storeB binds it; storeKv holds one of
+ * its own, with workerd's key-value storage instead of SQLite.
+ */
+const STORE_WORKERS = ['storeA', 'storeB', 'storeKv'] as const;
 /** The two Workers that serve docs/workers.md's durable-worker.ts, in the same way. */
 const DURABLE_WORKERS = ['durableA', 'durableB'] as const;
 
@@ -149,14 +153,14 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
   const worker = (w: (typeof WORKERS)[number]) =>
     `const ${w.name}Worker :Workerd.Worker = (\n  modules = [ (name = "worker.js", esModule = embed "out/worker.js") ],\n  compatibilityDate = "${w.date}",\n);\n`;
   /** A Worker of `file` whose binding IDEMPOTENCY is the namespace of `className`: its own (`owner` absent), or owner's. */
-  const boundWorker = (name: string, file: string, className: string, owner?: string) =>
+  const boundWorker = (name: string, file: string, className: string, owner?: string, sql = true) =>
     [
       `const ${name}Worker :Workerd.Worker = (`,
       `  modules = [ (name = "worker.js", esModule = embed "out/${file}") ],`,
       '  compatibilityDate = "2026-11-01",',
       ...(owner === undefined
         ? [
-            `  durableObjectNamespaces = [ (className = "${className}", uniqueKey = "${name}", enableSql = true) ],`,
+            `  durableObjectNamespaces = [ (className = "${className}", uniqueKey = "${name}", enableSql = ${sql}) ],`,
             // SQLite-backed objects need a disk: workerd's in-memory storage has no SQL API
             '  durableObjectStorage = (localDisk = "objects"),',
             `  bindings = [ (name = "IDEMPOTENCY", durableObjectNamespace = "${className}") ],`,
@@ -178,9 +182,9 @@ console.log(JSON.stringify({ inputs: Object.keys(out.inputs), bytes: out.bytes, 
       ');',
       '',
       ...WORKERS.map(worker),
-      ...STORE_WORKERS.map((name, i) =>
-        boundWorker(name, 'store-worker.js', 'TestShard', i === 0 ? undefined : STORE_WORKERS[0]),
-      ),
+      boundWorker('storeA', 'store-worker.js', 'TestShard'),
+      boundWorker('storeB', 'store-worker.js', 'TestShard', 'storeA'),
+      boundWorker('storeKv', 'store-worker.js', 'TestShard', undefined, false),
       ...DURABLE_WORKERS.map((name, i) =>
         boundWorker(name, 'durable-worker.js', 'IdempotencyShard', i === 0 ? undefined : DURABLE_WORKERS[0]),
       ),
@@ -309,7 +313,7 @@ describe('a key retried through another isolate', () => {
 
 describe('the Durable Object store inside workerd (test/stacks/workers/store-worker.ts, from the packed library)', () => {
   it('two Workers bound to one namespace (two isolates) share the records: one of many claims of a key wins, wherever each lands', async () => {
-    const [a, b] = STORE_WORKERS.map((name) => forwardingStore(bases[name]!));
+    const [a, b] = [forwardingStore(bases.storeA!), forwardingStore(bases.storeB!)];
     const id = `scope:isolates.op:${randomUUID()}`;
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
@@ -332,6 +336,39 @@ describe('the Durable Object store inside workerd (test/stacks/workers/store-wor
       state: 'completed',
       body: 'once',
     });
+  });
+
+  it('a shard class bound without SQLite storage answers every call with what to declare (new_sqlite_classes)', async () => {
+    const store = forwardingStore(bases.storeKv!);
+    await expect(
+      store.claim({ id: `scope:kv.op:${randomUUID()}`, fingerprint: 'fp', token: 'a', lockTtl: 1_000 }),
+    ).rejects.toThrow(/new_sqlite_classes/); // workerd's own message, thrown by the shard's first SQL statement
+  });
+
+  it('durableObjectStore refuses a namespace, a shard count or a cursor it cannot use, saying what to pass', async () => {
+    // options are checked where the store is made, in any runtime: here, in Node, on an object shaped as a binding
+    const namespace = {
+      idFromName: (name: string) => name,
+      get: () => ({ fetch: () => Promise.reject(new Error('not called')) }),
+    };
+    expect(() => durableObjectStore({ namespace: 'IDEMPOTENCY' } as never)).toThrow(
+      'durableObjectStore: namespace must be the Durable Object binding of the IdempotencyShard class (env.IDEMPOTENCY), or a function that returns it, got the string "IDEMPOTENCY".',
+    );
+    expect(() => durableObjectStore({ namespace, shards: 0 })).toThrow(
+      'durableObjectStore: shards must be a whole number from 1 to 1024, got the number 0.',
+    );
+    const store = durableObjectStore({ namespace, shards: 4 });
+    await expect(store.admin.list({ cursor: '9:x' })).rejects.toThrow(
+      `list: cursor must be the cursor of the previous page of this store's listing, got the string "9:x".`,
+    );
+    await expect(
+      durableObjectStore({ namespace: () => undefined as never }).claim({
+        id: 'a:b:c',
+        fingerprint: 'fp',
+        token: 't',
+        lockTtl: 1,
+      }),
+    ).rejects.toThrow('durableObjectStore: namespace() must return the IdempotencyShard binding, got undefined.');
   });
 
   it("the shard's alarm deletes the rows that expired (reads ignore them from the moment they expire)", async () => {

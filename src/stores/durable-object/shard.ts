@@ -84,7 +84,7 @@ export class IdempotencyShard {
     try {
       sql = ctx.storage.sql;
     } catch {
-      // workerd throws on reading `sql` of an object that is not SQLite-backed
+      // not SQLite-backed: absent, or a getter that throws (workerd's statements throw, saying what to declare)
     }
     if (sql === undefined) {
       throw new Error(
@@ -109,8 +109,8 @@ export class IdempotencyShard {
         { status: 400 },
       );
     }
-    const input = (await request.json()) as never;
     try {
+      const input = (await request.json()) as never;
       const now = Date.now();
       const [answer, expiresAt] = this.#storage.transactionSync(() => this.#run(call, input, now));
       if (expiresAt !== undefined) await this.#schedule(expiresAt, now);
