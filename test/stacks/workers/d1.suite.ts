@@ -13,16 +13,24 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { blocksOf } from '../../../scripts/check-docs.js';
 import { describeStoreContract } from '../../contract/store-contract.js';
 import { sleep } from '../../helpers/redis.js';
 import { modelTest } from '../../model/model-run.js';
 import { NPM_FLAGS, REPO, run } from '../pack.js';
 import { forwardingStore } from './forwarding-store.js';
 
-const DEPENDENCIES = { miniflare: '3.20250718.3', 'drizzle-orm': '0.45.4', esbuild: '0.28.2' };
+const DEPENDENCIES = {
+  miniflare: '3.20250718.3',
+  'drizzle-orm': '0.45.4',
+  esbuild: '0.28.2',
+  '@trpc/server': '11.25.2',
+  zod: '^4.1.0',
+};
 
 interface Miniflare {
   ready: Promise<URL>;
+  getWorker(name: string): Promise<{ fetch(url: string, init: RequestInit): Promise<Response> }>;
   getD1Database(name: string): Promise<{ prepare(sql: string): { run(): Promise<unknown> } }>;
   dispose(): Promise<void>;
 }
@@ -37,6 +45,12 @@ function writeFile(file: string, text: string) {
   writeFileSync(join(dir, file), text);
 }
 
+function snippet(page: string, title: string): string {
+  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
+  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
+  return `${found.code}\n`;
+}
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-d1-'));
   const dependencies = { ...DEPENDENCIES, 'trpc-idempotency': `file:${inject('tgz')}` };
@@ -46,12 +60,13 @@ beforeAll(async () => {
   );
   timings['npm install'] = (await run('npm', ['install', ...NPM_FLAGS], dir)).ms;
   writeFile('src/d1-worker.ts', readFileSync(join(REPO, 'test/stacks/workers/d1-worker.ts'), 'utf8'));
+  writeFile('src/docs-worker.ts', snippet('docs/workers.md', 'd1-worker.ts'));
   writeFile(
     'bundle.mjs',
     `import { build } from 'esbuild';
 await build({
-  entryPoints: ['src/d1-worker.ts'],
-  outfile: 'out/d1-worker.js',
+  entryPoints: ['src/d1-worker.ts', 'src/docs-worker.ts'],
+  outdir: 'out',
   bundle: true,
   format: 'esm',
   platform: 'neutral',
@@ -69,14 +84,17 @@ await build({
   const { Miniflare } = createRequire(join(dir, 'package.json'))('miniflare') as {
     Miniflare: new (options: object) => Miniflare;
   };
-  mf = new Miniflare({
+  // The store's Worker (the entry: mf.ready's address) and docs/workers.md's d1-worker.ts, on one database
+  const worker = (name: string) => ({
+    name,
     modules: true,
     modulesRoot: dir,
-    scriptPath: join(dir, 'out/d1-worker.js'),
+    scriptPath: join(dir, `out/${name}.js`),
     compatibilityDate: '2025-07-01',
     compatibilityFlags: ['nodejs_compat'],
-    d1Databases: ['DB'],
+    d1Databases: { DB: 'idempotency' },
   });
+  mf = new Miniflare({ workers: [worker('d1-worker'), worker('docs-worker')] });
   // The tables, from the SQL migration the package ships (drizzle/sqlite), as `wrangler d1 migrations apply` would
   const db = await mf.getD1Database('DB');
   const migration = readFileSync(
@@ -105,6 +123,26 @@ describe('the SQLite store on D1 (drizzle-orm/d1, miniflare 3)', () => {
     const response = await fetch(`${base}/store/transaction`, { method: 'POST', body: '{}' });
     expect(response.status).toBe(500);
     expect(((await response.json()) as { error: string }).error).toMatch(/Failed query: begin/);
+  });
+
+  it("docs/workers.md's d1-worker.ts: a key paid twice runs once, and the retry is replayed", async () => {
+    const docs = await mf!.getWorker('docs-worker');
+    const key = crypto.randomUUID();
+    const pay = async () => {
+      const response = await docs.fetch('http://docs/trpc/pay', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ amount: 100 }),
+      });
+      return {
+        status: response.status,
+        replayed: response.headers.get('idempotent-replayed'),
+        body: await response.json(),
+      };
+    };
+    const first = await pay();
+    expect(first).toMatchObject({ status: 200, replayed: null, body: { result: { data: { amount: 100 } } } });
+    expect(await pay()).toEqual({ ...first, replayed: 'true' });
   });
 
   it('purgeExpired deletes the expired rows and counts them', async () => {
