@@ -197,9 +197,13 @@ export function sqliteDrizzleStore<TDb extends AnySQLiteDatabase>(db: TDb): SQLi
     try {
       const result = await prepared(executor, query)[method](values);
       if (method === 'all') return { rows: result as Record<string, unknown>[], affected: 0 };
-      // better-sqlite3: { changes }; libSQL: { rowsAffected }.
-      const { changes, rowsAffected } = (result ?? {}) as { changes?: unknown; rowsAffected?: unknown };
-      return { rows: [], affected: Number(changes ?? rowsAffected ?? 0) };
+      // better-sqlite3: { changes }; libSQL: { rowsAffected }; Cloudflare D1: { meta: { changes } }.
+      const { changes, rowsAffected, meta } = (result ?? {}) as {
+        changes?: unknown;
+        rowsAffected?: unknown;
+        meta?: { changes?: unknown };
+      };
+      return { rows: [], affected: Number(changes ?? rowsAffected ?? meta?.changes ?? 0) };
     } catch (error) {
       const sanitized = sanitize(error, isSqliteOutage);
       // busy_timeout passed without the write lock: running it again would wait as long.
