@@ -6,19 +6,19 @@
  * wrangler makes it with nodejs_compat: `node:` imports left to the runtime (the Drizzle entry point
  * imports drizzle-orm's migrator, which imports node:fs and node:crypto).
  *
- * Not in the default stacks run (an install of its own, ~30 s): npm run test:workers:d1.
+ * In the stacks run; alone: npm run test:workers:d1.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { blocksOf } from '../../../scripts/check-docs.js';
-import { describeStoreContract } from '../../contract/store-contract.js';
-import { sleep } from '../../helpers/redis.js';
-import { modelTest } from '../../model/model-run.js';
-import { NPM_FLAGS, REPO, run } from '../pack.js';
-import { forwardingStore } from './forwarding-store.js';
+import { blocksOf } from '../../scripts/check-docs.js';
+import { describeStoreContract } from '../contract/store-contract.js';
+import { sleep } from '../helpers/redis.js';
+import { modelTest } from '../model/model-run.js';
+import { NPM_FLAGS, REPO, run } from './pack.js';
+import { forwardingStore } from './workers/forwarding-store.js';
 
 const DEPENDENCIES = {
   miniflare: '3.20250718.3',
