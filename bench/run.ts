@@ -744,6 +744,7 @@ function machine() {
     node: process.version,
     redis: version('redis-server', ['--version']).replace(/^.*v=(\S+).*$/, '$1'),
     postgresql: version('psql', [DATABASE_URL, '-Atc', 'show server_version']),
+    mariadb: version('mariadbd', ['--version']),
   };
 }
 

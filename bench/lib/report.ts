@@ -163,7 +163,7 @@ function conditions(results: Results): string {
   return table(['Run', ''], 'll', [
     [
       'machine',
-      `${m.cpu}, ${m.cores} cores, ${m.memory_gib} GiB; ${m.os}; Node ${m.node}; Redis ${m.redis}; PostgreSQL ${m.postgresql}`,
+      `${m.cpu}, ${m.cores} cores, ${m.memory_gib} GiB; ${m.os}; Node ${m.node}; Redis ${m.redis}; PostgreSQL ${m.postgresql}${m.mariadb === undefined ? '' : `; ${m.mariadb}`}`,
     ],
     [
       'load average (1, 5, 15 min)',
