@@ -1,7 +1,8 @@
 /**
  * The counted table: per HTTP request, the instructions of the Node server (callgrind, with and
  * without V8's garbage collector) and of the bench's redis-server (callgrind), and the CPU time of the
- * PostgreSQL backends that serve it, for every row beside its own baseline. Writes bench/INSTRUCTIONS.md
+ * PostgreSQL backends and of the MariaDB connection threads that serve it (SQLite runs in the Node server:
+ * its work is in the Node count), for every row beside its own baseline. Writes bench/INSTRUCTIONS.md
  * (the method is stated there); bench/bars.ts reads its cells.
  *
  *   npm run bench:instructions [-- row ...]     (named rows, beside their baselines: printed, not written)
@@ -26,7 +27,16 @@ import { PAY_BODY } from './lib/app.js';
 import { type CountedRow, parseCounted, renderCounted } from './lib/counted.js';
 import { type Cleanups, exitOnInterrupt, runCleanups, startServer } from './lib/processes.js';
 import { type BenchRedisNode, startRedisNode } from './lib/replicas.js';
-import { cpuMicros, createSchema, DATABASE_URL } from './lib/services.js';
+import {
+  type BenchDatabase,
+  cpuMicros,
+  createMysqlDatabase,
+  createSchema,
+  createSqliteFile,
+  DATABASE_URL,
+  mariadbConnectionCpu,
+  mariadbCpuSince,
+} from './lib/services.js';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const WARMUP = Number(process.env.WARMUP ?? 5_000);
@@ -79,6 +89,8 @@ const ROWS: Record<string, RowSpec> = Object.fromEntries([
   ...pair('redis', 'redis'),
   ...pair('redis-node-redis', 'redis', true),
   ...pair('postgres', 'postgres'),
+  ...pair('mysql', 'mysql'),
+  ...pair('sqlite', 'sqlite'),
   ...pair('node-idempotency', 'node-idempotency'),
   ...pair('node-idempotency-node-redis', 'node-idempotency', true),
   ...pair('powertools', 'powertools'),
@@ -122,6 +134,8 @@ interface Measured {
   jit: number;
   redis: number;
   postgres_us: number;
+  /** The MySQL rows only. */
+  mariadb_us?: number;
 }
 
 try {
@@ -173,7 +187,7 @@ try {
         measured[name] = await count(name, ROWS[name]!, lane, schema.url);
         const m = measured[name]!;
         log(
-          `${name}: node ${n(m.node)} (${n(m.node - m.gc)} without GC, ${n(m.node - m.gc - m.jit)} nor compiler), redis-server ${n(m.redis)}, PostgreSQL ${m.postgres_us.toFixed(1)} µs`,
+          `${name}: node ${n(m.node)} (${n(m.node - m.gc)} without GC, ${n(m.node - m.gc - m.jit)} nor compiler), redis-server ${n(m.redis)}, PostgreSQL ${m.postgres_us.toFixed(1)} µs${m.mariadb_us === undefined ? '' : `, MariaDB ${m.mariadb_us.toFixed(1)} µs`}`,
         );
       }
     }),
@@ -194,6 +208,8 @@ try {
       redis: m.redis,
       redis_added: m.redis - b.redis,
       postgres_cpu_us: m.postgres_us,
+      // The MariaDB column, for every row, once a row of the run has MariaDB (the baselines send it nothing).
+      ...(names.some((other) => ROWS[other]!.server === 'mysql') ? { mariadb_cpu_us: m.mariadb_us ?? 0 } : {}),
     };
   });
   const table = renderCounted(rows);
@@ -248,9 +264,24 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
   const url = new URL(pgUrl);
   // The backends of this server, found by their application_name.
   url.searchParams.set('application_name', `bench-instructions-${name}`);
+  // The MySQL store's database, and the SQLite store's file, are the row's own: its MariaDB connection
+  // threads are those whose session uses its database.
+  let database: BenchDatabase | undefined;
+  if (spec.server === 'mysql' || spec.server === 'sqlite') {
+    const made = await (spec.server === 'mysql' ? createMysqlDatabase : createSqliteFile)(name.replaceAll('-', '_'));
+    cleanups.push(() => made.drop());
+    database = made;
+  }
   const server = await startServer(
     spec.server,
-    { REDIS_URL: lane.redis.url, PG_URL: url.toString(), BENCH_STORE_TIMEOUT: '10000', ...spec.env },
+    {
+      REDIS_URL: lane.redis.url,
+      PG_URL: url.toString(),
+      ...(spec.server === 'mysql' ? { MYSQL_URL: database!.url } : {}),
+      ...(spec.server === 'sqlite' ? { SQLITE_PATH: database!.url } : {}),
+      BENCH_STORE_TIMEOUT: '10000',
+      ...spec.env,
+    },
     cleanups,
     {
       prefix: [...callgrind(name), '--instr-atstart=no'],
@@ -278,6 +309,8 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
   await send(server.url, INSTRUMENTED_WARMUP, nextKey, true);
   const redisPid = lane.redis.pid;
   const backendsBefore = await backendCpu(name);
+  const mariadb = spec.server === 'mysql' ? database!.name : undefined;
+  const threadsBefore = mariadb === undefined ? undefined : await mariadbConnectionCpu(mariadb);
   await control(redisPid, '--zero');
   await control(server.pid, '--zero');
   const since = performance.now();
@@ -285,6 +318,7 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
   const node = await dump(server.pid, name);
   const redis = (await dump(redisPid, lane.label, true)).total - lane.idlePerMs * (performance.now() - since);
   const backendsAfter = await backendCpu(name);
+  const threadsAfter = mariadb === undefined ? undefined : await mariadbConnectionCpu(mariadb);
   server.child.kill('SIGKILL');
   await exited;
 
@@ -298,12 +332,22 @@ async function count(name: string, spec: RowSpec, lane: Lane, pgUrl: string): Pr
   const opened = [...backendsAfter.keys()].filter((pid) => !backendsBefore.has(pid)).length;
   const closed = [...backendsBefore.keys()].filter((pid) => !backendsAfter.has(pid)).length;
   if (opened + closed > 0) log(`${name}: PostgreSQL backends ${opened} opened, ${closed} closed in the window`);
+  if (threadsBefore !== undefined && threadsAfter !== undefined) {
+    if (threadsBefore.size === 0) throw new Error(`${name}: no MariaDB connection uses ${mariadb}`);
+    const threadsOpened = [...threadsAfter.keys()].filter((tid) => !threadsBefore.has(tid)).length;
+    const threadsClosed = [...threadsBefore.keys()].filter((tid) => !threadsAfter.has(tid)).length;
+    if (threadsOpened + threadsClosed > 0)
+      log(`${name}: MariaDB connections ${threadsOpened} opened, ${threadsClosed} closed in the window`);
+  }
   return {
     node: node.total / REQUESTS,
     gc: gc / REQUESTS,
     jit: jit / REQUESTS,
     redis: redis / REQUESTS,
     postgres_us: postgres / REQUESTS,
+    ...(threadsBefore === undefined || threadsAfter === undefined
+      ? {}
+      : { mariadb_us: mariadbCpuSince(threadsBefore, threadsAfter) / REQUESTS }),
   };
 }
 
@@ -424,7 +468,7 @@ function record(table: string, seconds: number, jobs: number): string {
 Written by \`npm run bench:instructions\` at commit ${commit}${dirty ? '+changes' : ''}${process.env.DIST ? ` (the build in ${process.env.DIST})` : ''} on ${new Date().toISOString()};
 the run took ${Math.round(seconds)} s (${jobs} row${jobs > 1 ? 's' : ''} at a time). ${cpus()[0]?.model ?? 'unknown'}, ${cpus().length} cores;
 Node ${process.version}; ${version('valgrind', ['--version'])}; Redis ${version('redis-server', ['--version']).replace(/^.*v=(\S+).*$/, '$1')};
-PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}. The saturation throughput of bench/RESULTS.md is context: it moves with the host.
+PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}; ${version('mariadbd', ['--version'])}. The saturation throughput of bench/RESULTS.md is context: it moves with the host.
 
 ## Method
 
@@ -446,8 +490,13 @@ PostgreSQL ${version('psql', [DATABASE_URL, '-Atc', 'show server_version'])}. Th
   the backends serving the row's server (found by \`application_name\`) over the same window, per request. Requests
   reach them slowly (the server is under valgrind), so each commit waits for its own WAL flush. The WAL writer and
   the checkpointer are left out. A time: it moves with the host by ~10 %.
+- *MariaDB CPU µs* (the MySQL store's rows, on a database of their own): likewise, the CPU time of the MariaDB
+  connection threads serving the row's server (MariaDB runs a thread per connection in one process:
+  \`information_schema.PROCESSLIST.TID\` of the sessions on the row's database, \`/proc/<pid>/task/<tid>/schedstat\`).
+  InnoDB's background threads (purge, page cleaner) are left out. The SQLite store runs in the Node server
+  (better-sqlite3, a WAL file, \`synchronous\` FULL): its work is in the Node count, and its fsyncs in no column.
 - *added*: the row's figure less its baseline's (*baseline* column: the same server without idempotency, on the same
-  client; it sends PostgreSQL nothing).
+  client; it sends PostgreSQL and MariaDB nothing).
 - Repeatability, two runs on a quiet host (load average below 3): redis-server's counts within 1 % (±300
   instructions per request); the Node server's without GC or compiler within 1.5 % for 17 rows of 21, the others
   within 7 % (powertools-node-redis-first; redis-first 4 %); without GC within 7.5 %; with GC up to 26 %.

@@ -1,6 +1,6 @@
 /**
  * npm run bench: throughput and latency of one tRPC mutation without
- * idempotency and with it (memory, Redis, PostgreSQL), beside its peers, in
+ * idempotency and with it (memory, Redis, PostgreSQL, MySQL/MariaDB, SQLite), beside its peers, in
  * one run and alternating A B A B; then store cost, in-process overhead,
  * growth with 1,000,000 records and purge time. Writes bench/results.json
  * and bench/RESULTS.md and prints the saturation table.
@@ -8,7 +8,7 @@
  * Environment: BENCH_ROUNDS (3), BENCH_DURATION (seconds per run, 3),
  * BENCH_RECORDS (1000000), BENCH_WARMUP_REQUESTS (10000), BENCH_WAIT_QUIET=1
  * (wait for a 1-minute load average below 0.8 first, up to 20 minutes),
- * BENCH_PIN=1, DATABASE_URL.
+ * BENCH_PIN=1, DATABASE_URL, MYSQL_URL.
  *
  * npm run bench -- <row> ...: only those rows (and their baselines), at saturation and at a fixed
  * rate; printed, not recorded.
@@ -46,17 +46,22 @@ import {
 } from './lib/processes.js';
 import { summariseProfile } from './lib/profile.js';
 import { type BenchReplicaPair, startReplicaPair } from './lib/replicas.js';
-import { renderLatency, renderMarkdown, renderTable } from './lib/report.js';
+import { renderLatency, renderMarkdown, renderProcesses, renderTable } from './lib/report.js';
 import { type FingerprintCost, previousOf, type Results } from './lib/results.js';
 import {
+  type BenchDatabase,
   type BenchRedis,
   type BenchSchema,
   commandCalls,
   cpuMicros,
+  createMysqlDatabase,
   createSchema,
+  createSqliteFile,
   DATABASE_URL,
   delta,
   loadAverage,
+  mariadbConnectionCpu,
+  mariadbCpuSince,
   postgresCpuCounter,
   startRedis,
   timeslices,
@@ -112,6 +117,9 @@ const PLAN: Step[] = [
       ['node-idempotency-node-redis', 'node-idempotency-node-redis', 'baseline-node-redis'],
       ['powertools-node-redis', 'powertools-node-redis', 'baseline-node-redis'],
       ['postgres', 'postgres', 'baseline'],
+      // MariaDB through mysql2 (a pool of 10), and SQLite through better-sqlite3 on a WAL file, in the server's process.
+      ['mysql', 'mysql', 'baseline'],
+      ['sqlite', 'sqlite', 'baseline'],
       ['node-idempotency', 'node-idempotency', 'baseline'],
       ['powertools', 'powertools', 'baseline'],
       ['express-idempotency', 'express-idempotency', 'express-baseline'],
@@ -146,7 +154,7 @@ const REPLICATED = new Set(['redis-replicated', 'redis-wait']);
 const NODE_REDIS_ENV = { BENCH_REDIS_CLIENT: 'node-redis' };
 const PROFILED: (readonly [name: string, server: string, keys: 'fresh' | 'replay', env?: Record<string, string>])[] = [
   ['baseline', 'baseline', 'fresh'],
-  ...['memory', 'redis', 'postgres'].flatMap((store) => [
+  ...['memory', 'redis', 'postgres', 'mysql', 'sqlite'].flatMap((store) => [
     [`${store}-first`, store, 'fresh'] as const,
     [`${store}-replay`, store, 'replay'] as const,
   ]),
@@ -189,6 +197,9 @@ async function measureRun(
   const redisCpuNow = () => redis.pids.reduce((sum, pid) => sum + cpuMicros(pid), 0);
   const redisBefore = redisCpuNow();
   const postgresSince = postgresCpuCounter();
+  // The MySQL store's server: the CPU of the MariaDB connection threads serving it (its own database).
+  const mariadb = server.variant === 'mysql' ? mysqlDatabase : undefined;
+  const mariadbBefore = mariadb === undefined ? undefined : await mariadbConnectionCpu(mariadb);
   const generatorBefore = cpuMicros(loadGenerator.pid);
   const generatorRunsBefore = timeslices(loadGenerator.pid);
   const result = await load({ type: 'run', url: server.url, duration: DURATION, keys });
@@ -197,6 +208,8 @@ async function measureRun(
   const serverCpu = cpuMicros(server.pid) - serverBefore;
   const redisCpu = redisCpuNow() - redisBefore;
   const postgresCpu = postgresSince();
+  const mariadbCpu =
+    mariadbBefore === undefined ? undefined : mariadbCpuSince(mariadbBefore, await mariadbConnectionCpu(mariadb!));
   const calls = delta(callsBefore, await commandCalls(redis.admin));
   delete calls.info;
   const perReq = Object.fromEntries(Object.entries(calls).map(([cmd, n]) => [cmd, round2(n / result.total)]));
@@ -211,6 +224,7 @@ async function measureRun(
     server_cpu_us_per_req: serverCpu / result.total,
     redis_cpu_us_per_req: redisCpu / result.total,
     postgres_cpu_us_per_req: postgresCpu / result.total,
+    ...(mariadbCpu === undefined ? {} : { mariadb_cpu_us_per_req: mariadbCpu / result.total }),
     load_cpu_us_per_req: loadCpu / result.total,
     load_runs_per_req: loadRuns / result.total,
     redis_calls_per_req: perReq,
@@ -249,11 +263,17 @@ interface Services {
   /** A primary with one replica (waitForReplicas), and a client of its primary. */
   replicated: BenchReplicaPair & { admin: Redis };
   schemas: Record<'main' | 'empty' | 'full' | 'purge' | 'cost', BenchSchema>;
+  /** The MySQL store's database on the local MariaDB, and the SQLite store's file. */
+  mysql: BenchDatabase;
+  sqlite: BenchDatabase;
 }
+
+/** The MySQL store's database (its connection threads are the ones counted). */
+let mysqlDatabase: string | undefined;
 
 /**
  * Three redis-servers of the bench's own (the servers', an empty and a full one for growth), a primary
- * with a replica, and five schemas.
+ * with a replica, five schemas, a MariaDB database and a SQLite file.
  */
 async function startServices(): Promise<Services> {
   const redis = { main: await startRedis(), empty: await startRedis(), full: await startRedis() };
@@ -267,13 +287,18 @@ async function startServices(): Promise<Services> {
     schemas[label] = await createSchema(label);
     cleanups.push(() => schemas[label].drop());
   }
+  const mysql = await createMysqlDatabase('main');
+  cleanups.push(() => mysql.drop());
+  mysqlDatabase = mysql.name;
+  const sqlite = await createSqliteFile('main');
+  cleanups.push(() => sqlite.drop());
   const admins = new Map<BenchRedis, Redis>();
   for (const r of Object.values(redis)) {
     const admin = new Redis(r.url);
     admins.set(r, admin);
     cleanups.push(() => admin.disconnect());
   }
-  return { redis, admins, replicated, schemas };
+  return { redis, admins, replicated, schemas, mysql, sqlite };
 }
 
 /** Where a server's Redis commands and Redis CPU are counted. */
@@ -295,9 +320,11 @@ async function measureStoreCost({ redis, admins, schemas }: Services) {
 }
 
 /** The application's ioredis client as ioredis makes it (no auto-pipelining), except where a server asks for it. */
-const serverEnv = ({ redis, schemas }: Services) => ({
+const serverEnv = ({ redis, schemas, mysql, sqlite }: Services) => ({
   REDIS_URL: redis.main.url,
   PG_URL: schemas.main.url,
+  MYSQL_URL: mysql.url,
+  SQLITE_PATH: sqlite.url,
   BENCH_AUTO_PIPELINING: '0',
 });
 
@@ -603,7 +630,9 @@ async function namedRows() {
   const { runs, pairs } = await runRounds(servers, redisOfServer(services));
   const paced = await runFixedRate(servers, runs);
   await cleanup();
-  process.stdout.write(`\n${renderTable(plan.map((step) => saturationRow(step, pairs)))}\n`);
+  const rows = plan.map((step) => saturationRow(step, pairs));
+  process.stdout.write(`\n${renderTable(rows)}\n`);
+  process.stdout.write(`\n${renderProcesses(rows)}\n`);
   process.stdout.write(`\n${renderLatency(plan.map((step) => fixedRateRow(step, paced, rateOf(step, runs))))}\n`);
 }
 
@@ -715,6 +744,7 @@ function machine() {
     node: process.version,
     redis: version('redis-server', ['--version']).replace(/^.*v=(\S+).*$/, '$1'),
     postgresql: version('psql', [DATABASE_URL, '-Atc', 'show server_version']),
+    mariadb: version('mariadbd', ['--version']),
   };
 }
 

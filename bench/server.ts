@@ -1,7 +1,9 @@
 /**
  * One HTTP server under load: `node --import tsx bench/server.ts <variant>`.
  * Environment: PORT, REDIS_URL (the handler's INCR, and the Redis stores),
- * PG_URL (the PostgreSQL store). Prints one JSON line `{"ready":port}`.
+ * PG_URL (the PostgreSQL store), MYSQL_URL (the MySQL store: a mysql2 pool of 10), SQLITE_PATH (the SQLite
+ * store: a file in WAL mode, opened with better-sqlite3 as docs/sqlite.md's setup does). Prints one JSON line
+ * `{"ready":port}`.
  * Variants redis-fence (`restartFence: true`, initialized) and redis-wait
  * (`waitForReplicas: { replicas: 1, timeout: 1000 }`, REDIS_URL a primary with a replica)
  * are the Redis store with its durability options.
@@ -59,7 +61,7 @@ async function trpcServer(): Promise<Server> {
   const t = initTRPC.context<Ctx>().create();
   let procedure = t.procedure;
 
-  if (['memory', 'redis', 'redis-fence', 'redis-wait', 'postgres'].includes(variant)) {
+  if (['memory', 'redis', 'redis-fence', 'redis-wait', 'postgres', 'mysql', 'sqlite'].includes(variant)) {
     const { withIdempotency, memoryStore } = (await libModule('index.js')) as typeof import('../dist/index.js');
     let store: import('../dist/index.js').IdempotencyStore;
     if (variant === 'memory') {
@@ -79,10 +81,24 @@ async function trpcServer(): Promise<Server> {
       }
     } else {
       const { drizzleStore } = (await libModule('drizzle.js')) as typeof import('../dist/drizzle.js');
-      const { drizzle } = await import('drizzle-orm/node-postgres');
-      const { default: pg } = await import('pg');
-      const pool = new pg.Pool({ connectionString: process.env.PG_URL, max: 10 });
-      store = drizzleStore({ db: drizzle(pool) });
+      if (variant === 'mysql') {
+        const { drizzle } = await import('drizzle-orm/mysql2');
+        const { default: mysql } = await import('mysql2/promise');
+        store = drizzleStore({ db: drizzle(mysql.createPool({ uri: process.env.MYSQL_URL, connectionLimit: 10 })) });
+      } else if (variant === 'sqlite') {
+        // As docs/sqlite.md's setup: WAL (set in the file by bench/lib/services.ts), a 5 s busy timeout, and
+        // SQLite's default synchronous (FULL): a commit is on disk when the statement returns.
+        const { drizzle } = await import('drizzle-orm/better-sqlite3');
+        const { default: Database } = await import('better-sqlite3');
+        const sqlite = new Database(process.env.SQLITE_PATH, { timeout: 5_000, fileMustExist: true });
+        sqlite.pragma('journal_mode = WAL');
+        store = drizzleStore({ db: drizzle(sqlite) });
+      } else {
+        const { drizzle } = await import('drizzle-orm/node-postgres');
+        const { default: pg } = await import('pg');
+        const pool = new pg.Pool({ connectionString: process.env.PG_URL, max: 10 });
+        store = drizzleStore({ db: drizzle(pool) });
+      }
     }
     // BENCH_STORE_TIMEOUT: a longer storeTimeout (ms, at most 10,000) for a server under valgrind, where a
     // garbage collection on a loaded machine can outlast the default 1 s (npm run bench:instructions).

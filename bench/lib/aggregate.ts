@@ -18,6 +18,8 @@ export interface Run {
   redis_cpu_us_per_req: number;
   /** All PostgreSQL server processes (the server is shared: other clients count too). */
   postgres_cpu_us_per_req: number;
+  /** The MariaDB connection threads serving the server (the MySQL store's servers only). */
+  mariadb_cpu_us_per_req?: number;
   /** The load generator's process (autocannon). */
   load_cpu_us_per_req: number;
   /** Times the load generator's threads were put on a CPU, per request. */
@@ -74,6 +76,8 @@ export interface Row {
   baseline_redis_cpu_us_per_req: number;
   postgres_cpu_us_per_req: number;
   baseline_postgres_cpu_us_per_req: number;
+  /** The MySQL store's rows: its MariaDB connection threads (the baselines send MariaDB nothing). */
+  mariadb_cpu_us_per_req?: number;
   load_cpu_us_per_req: number;
   baseline_load_cpu_us_per_req: number;
   load_runs_per_req: number;
@@ -147,6 +151,9 @@ export function saturationRow(step: Step, pairs: Pair<Run>[]): Row {
     baseline_redis_cpu_us_per_req: Math.round(baseline((r) => r.redis_cpu_us_per_req)),
     postgres_cpu_us_per_req: Math.round(variant((r) => r.postgres_cpu_us_per_req)),
     baseline_postgres_cpu_us_per_req: Math.round(baseline((r) => r.postgres_cpu_us_per_req)),
+    ...(mine.some((p) => p.variant.mariadb_cpu_us_per_req !== undefined)
+      ? { mariadb_cpu_us_per_req: Math.round(variant((r) => r.mariadb_cpu_us_per_req ?? 0)) }
+      : {}),
     load_cpu_us_per_req: Math.round(variant((r) => r.load_cpu_us_per_req)),
     baseline_load_cpu_us_per_req: Math.round(baseline((r) => r.load_cpu_us_per_req)),
     load_runs_per_req: round2(variant((r) => r.load_runs_per_req)),
@@ -206,7 +213,12 @@ export function redisCommands(calls: Record<string, number>): { sent: number; in
 /** CPU per request of every process a request touches, at saturation: the variant's and its baselines'. */
 export function allCpu(r: Row): { variant: number; baseline: number } {
   return {
-    variant: r.server_cpu_us_per_req + r.load_cpu_us_per_req + r.redis_cpu_us_per_req + r.postgres_cpu_us_per_req,
+    variant:
+      r.server_cpu_us_per_req +
+      r.load_cpu_us_per_req +
+      r.redis_cpu_us_per_req +
+      r.postgres_cpu_us_per_req +
+      (r.mariadb_cpu_us_per_req ?? 0),
     baseline:
       r.baseline_server_cpu_us_per_req +
       r.baseline_load_cpu_us_per_req +

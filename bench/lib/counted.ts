@@ -22,6 +22,11 @@ export interface CountedRow {
   redis_added: number;
   /** CPU time of the PostgreSQL backends serving the row's server, µs per request (the baselines send PostgreSQL nothing). */
   postgres_cpu_us: number;
+  /**
+   * CPU time of the MariaDB connection threads serving the row's server, µs per request: in a table with a MySQL
+   * row only (a table without the column reads as without it).
+   */
+  mariadb_cpu_us?: number;
 }
 
 /** The table's columns: the key in a {@link CountedRow} and its header, in order. */
@@ -37,22 +42,27 @@ export const COLUMNS: readonly (readonly [keyof CountedRow, string])[] = [
   ['redis', 'redis-server'],
   ['redis_added', 'redis-server added'],
   ['postgres_cpu_us', 'PostgreSQL CPU µs added'],
+  ['mariadb_cpu_us', 'MariaDB CPU µs added'],
 ];
+
+/** The columns of a table: the MariaDB one only where a row has it. */
+const columnsOf = (withMariadb: boolean) => COLUMNS.filter(([key]) => withMariadb || key !== 'mariadb_cpu_us');
 
 const whole = (n: number) => Math.round(n).toLocaleString('en-US');
 
 /** The table as Markdown: whole instructions with thousands separators, µs with one decimal. */
 export function renderCounted(rows: CountedRow[]): string {
+  const columns = columnsOf(rows.some((r) => r.mariadb_cpu_us !== undefined));
   const lines = [
-    COLUMNS.map(([, head]) => head),
-    COLUMNS.map(([key]) => (key === 'row' || key === 'baseline' ? '---' : '---:')),
+    columns.map(([, head]) => head),
+    columns.map(([key]) => (key === 'row' || key === 'baseline' ? '---' : '---:')),
   ];
   for (const r of rows) {
     lines.push(
-      COLUMNS.map(([key]) => {
-        const value = r[key];
+      columns.map(([key]) => {
+        const value = r[key] ?? 0;
         if (typeof value === 'string') return value;
-        return key === 'postgres_cpu_us' ? value.toFixed(1) : whole(value);
+        return key === 'postgres_cpu_us' || key === 'mariadb_cpu_us' ? value.toFixed(1) : whole(value);
       }),
     );
   }
@@ -60,8 +70,8 @@ export function renderCounted(rows: CountedRow[]): string {
 }
 
 /**
- * The rows of the first table in `markdown` whose header is {@link COLUMNS}'s, by row id. Throws if
- * there is none, or a cell is not a number where one belongs.
+ * The rows of the first table in `markdown` whose header is {@link COLUMNS}'s (with or without the MariaDB
+ * column), by row id. Throws if there is none, or a cell is not a number where one belongs.
  */
 export function parseCounted(markdown: string): Map<string, CountedRow> {
   const lines = markdown.split('\n').map((line) => line.trim());
@@ -70,15 +80,16 @@ export function parseCounted(markdown: string): Map<string, CountedRow> {
       .slice(1, -1)
       .split('|')
       .map((cell) => cell.trim());
-  const header = COLUMNS.map(([, head]) => head).join('|');
-  const start = lines.findIndex((line) => line.startsWith('|') && cellsOf(line).join('|') === header);
+  const headers = [columnsOf(true), columnsOf(false)].map((columns) => columns.map(([, head]) => head).join('|'));
+  const start = lines.findIndex((line) => line.startsWith('|') && headers.includes(cellsOf(line).join('|')));
   if (start === -1) throw new Error(`no counted table (a header of ${COLUMNS.map(([, h]) => h).join(', ')})`);
+  const columns = columnsOf(cellsOf(lines[start]!).join('|') === headers[0]);
   const rows = new Map<string, CountedRow>();
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith('|')) break;
     const cells = cellsOf(line);
     const row = {} as Record<string, string | number>;
-    COLUMNS.forEach(([key], i) => {
+    columns.forEach(([key], i) => {
       const cell = cells[i] ?? '';
       if (key === 'row' || key === 'baseline') row[key] = cell;
       else {

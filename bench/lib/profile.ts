@@ -47,6 +47,13 @@ export function ownerOf(url: string, functionName: string): string {
   }
   if (/node_modules\/(@redis\/[a-z-]+|redis)\//.test(url)) return 'node-redis';
   if (/node_modules\/(@node-idempotency|@aws-lambda-powertools)\//.test(url)) return 'peer library';
+  // mysql2 and the packages it parses and escapes with (the MySQL rows), better-sqlite3's binding (the SQLite rows).
+  if (
+    /node_modules\/(mysql2|sql-escaper|named-placeholders|lru\.min|generate-function|seq-queue|iconv-lite)\//.test(url)
+  ) {
+    return 'mysql2';
+  }
+  if (/node_modules\/(better-sqlite3|bindings)\//.test(url)) return 'better-sqlite3';
   if (/node_modules\/(pg|pg-[a-z-]+|postgres-[a-z-]+|drizzle-orm)\//.test(url)) return 'pg and Drizzle';
   if (url.startsWith('node:') || url === '') return 'Node';
   if (url.includes('/bench/')) return 'bench handler';

@@ -27,8 +27,8 @@ function saturationTable(rows: Row[]): string {
     'lrlrllll',
     rows.map((r) => {
       const { sent, inScripts } = redisCommands(r.redis_calls_per_req);
-      // The memory and PostgreSQL stores send Redis nothing.
-      const commands = /^(memory|postgres)-/.test(r.name)
+      // The memory and SQL stores send Redis nothing.
+      const commands = /^(memory|postgres|mysql|sqlite)-/.test(r.name)
         ? '0'
         : `${sent}${inScripts > 0 ? ` (+${inScripts} in scripts)` : ''}`;
       return [
@@ -53,13 +53,14 @@ function processTable(rows: Row[]): string {
       'Load generator',
       'Redis',
       'PostgreSQL',
+      'MariaDB',
       'All (baseline)',
       'Cores busy',
       "Baseline's all over the variant's",
       'Ratio measured',
       'Load generator runs per request (baseline)',
     ],
-    'lrrrrlrrrl',
+    'lrrrrrlrrrl',
     rows.map((r) => {
       const all = allCpu(r);
       return [
@@ -68,6 +69,7 @@ function processTable(rows: Row[]): string {
         fmt(r.load_cpu_us_per_req),
         fmt(r.redis_cpu_us_per_req),
         fmt(r.postgres_cpu_us_per_req),
+        r.mariadb_cpu_us_per_req === undefined ? '' : fmt(r.mariadb_cpu_us_per_req),
         `${fmt(all.variant)} (${fmt(all.baseline)})`,
         ((all.variant * r.rps) / 1e6).toFixed(2),
         (all.baseline / all.variant).toFixed(2),
@@ -161,7 +163,7 @@ function conditions(results: Results): string {
   return table(['Run', ''], 'll', [
     [
       'machine',
-      `${m.cpu}, ${m.cores} cores, ${m.memory_gib} GiB; ${m.os}; Node ${m.node}; Redis ${m.redis}; PostgreSQL ${m.postgresql}`,
+      `${m.cpu}, ${m.cores} cores, ${m.memory_gib} GiB; ${m.os}; Node ${m.node}; Redis ${m.redis}; PostgreSQL ${m.postgresql}${m.mariadb === undefined ? '' : `; ${m.mariadb}`}`,
     ],
     [
       'load average (1, 5, 15 min)',
@@ -190,7 +192,9 @@ const METHOD = (results: Results) => `## Method
 - Every variant runs between two runs of its baseline (A B A B). Its *ratio* is its figure over the mean of those two;
   each table gives the median over the rounds, the baselines' in brackets.
 - CPU: user + system time per request over the measured window, per process (\`/proc/<pid>/task/*/schedstat\`);
-  PostgreSQL counts every \`postgres\` process on the machine. *Load generator runs*: times its threads were put on a
+  PostgreSQL counts every \`postgres\` process on the machine; MariaDB (the MySQL store's rows) the connection
+  threads of the row's server (\`information_schema.PROCESSLIST.TID\`), not InnoDB's background threads. SQLite runs
+  in the server's process: its cost is in the server's CPU. *Load generator runs*: times its threads were put on a
   CPU, per request. *Redis commands*: \`INFO commandstats\` deltas per request, the handler's \`INCR\` left out.
 - *Fixed rate*: each variant and its baseline at half the lower of their peaks, open loop; *added* is the variant's
   percentile minus its baselines', the *cost ratio* its baselines' server CPU per request over its own.
@@ -212,6 +216,7 @@ const METHOD = (results: Results) => `## Method
   bench/profile-*.md.`;
 
 export const renderTable = saturationTable;
+export const renderProcesses = processTable;
 export const renderLatency = latencyTable;
 
 /** How far the saturation figures move with the host: context for the counted figures, not a measure of the layer. */

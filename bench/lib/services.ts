@@ -1,15 +1,19 @@
 /**
  * The services a bench run owns: redis-servers on ports of its own (so
- * INFO commandstats counts nothing but the bench) and PostgreSQL schemas of
- * its own on the local server, migrated with the package's migrations.
+ * INFO commandstats counts nothing but the bench), PostgreSQL schemas and
+ * MariaDB databases of its own on the local servers, and SQLite files, each
+ * migrated with the package's migrations.
  */
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
+import { isolatedDatabase, MYSQL_URL } from '../../test/helpers/mysql.js';
 import { type PrivateRedis, startPrivateRedis } from '../../test/helpers/redis-server.js';
+import { sqliteFile } from '../../test/helpers/sqlite.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const MIGRATIONS = fileURLToPath(new URL('../../drizzle', import.meta.url));
@@ -68,6 +72,43 @@ export async function createSchema(label: string): Promise<BenchSchema> {
       await cleanup.connect();
       await cleanup.query(`drop schema if exists "${schema}" cascade`);
       await cleanup.end();
+    },
+  };
+}
+
+export { MYSQL_URL };
+
+export interface BenchDatabase {
+  /** The database's name (MariaDB) or file (SQLite). */
+  name: string;
+  /** A URL whose connections use it (MariaDB), or the file's path (SQLite). */
+  url: string;
+  drop(): Promise<void>;
+}
+
+/** A MariaDB database of the bench's own on MYSQL_URL's server, with the package's migrations applied. */
+export async function createMysqlDatabase(label: string): Promise<BenchDatabase> {
+  const database = await isolatedDatabase(`bench_${label}`, 1);
+  await database.pool.end();
+  return {
+    name: database.database,
+    url: database.url,
+    async drop() {
+      const admin = await mysql.createConnection(MYSQL_URL);
+      await admin.query(`drop database if exists \`${database.database}\``);
+      await admin.end();
+    },
+  };
+}
+
+/** A SQLite file of the bench's own, in WAL mode (it stays set in the file), with the package's migrations applied. */
+export async function createSqliteFile(label: string): Promise<BenchDatabase> {
+  const file = await sqliteFile(`bench-${label}`);
+  return {
+    name: file.path,
+    url: file.path,
+    async drop() {
+      file.drop();
     },
   };
 }
@@ -148,6 +189,56 @@ export function postgresCpuCounter(): () => number {
     for (const [pid, us] of postgresProcesses()) total += Math.max(0, us - (before.get(pid) ?? 0));
     return total;
   };
+}
+
+/**
+ * CPU time so far (µs) of each MariaDB connection thread whose session uses `database`: with MariaDB's
+ * one thread per connection (its default on Linux), `information_schema.PROCESSLIST.TID` is that thread of the
+ * one mariadbd process. The server's background threads (InnoDB's purge, page cleaner, log writer) are left out,
+ * as PostgreSQL's WAL writer and checkpointer are. Empty where the server is not on this machine.
+ */
+export async function mariadbConnectionCpu(database: string): Promise<Map<number, number>> {
+  const pid = processByName(['mariadbd', 'mysqld']);
+  const out = new Map<number, number>();
+  if (pid === undefined) return out;
+  const admin = await mysql.createConnection(MYSQL_URL);
+  try {
+    const [rows] = await admin.query<mysql.RowDataPacket[]>(
+      'select TID from information_schema.PROCESSLIST where DB = ?',
+      [database],
+    );
+    for (const { TID } of rows) {
+      try {
+        const ns = Number(readFileSync(`/proc/${pid}/task/${TID}/schedstat`, 'utf8').split(' ')[0]);
+        out.set(Number(TID), ns / 1_000);
+      } catch {
+        // The connection closed meanwhile.
+      }
+    }
+  } finally {
+    await admin.end();
+  }
+  return out;
+}
+
+/** The CPU (µs) of the connection threads in `after` since `before`: one opened meanwhile counts from its start. */
+export function mariadbCpuSince(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0;
+  for (const [tid, us] of after) total += Math.max(0, us - (before.get(tid) ?? 0));
+  return total;
+}
+
+/** The first process on this machine whose command is one of `names`. */
+function processByName(names: string[]): number | undefined {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (names.includes(readFileSync(`/proc/${entry}/comm`, 'utf8').trim())) return Number(entry);
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return undefined;
 }
 
 export function loadAverage(): [number, number, number] {

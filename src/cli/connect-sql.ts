@@ -112,6 +112,9 @@ async function connectPostgres(target: PostgresTarget, table: boolean): Promise<
 /** MySQL's error for a database that does not exist (ER_BAD_DB_ERROR). */
 const UNKNOWN_DATABASE = 1049;
 
+/** How long an operator's command waits for a row lock on MySQL (s): as on PostgreSQL, not InnoDB's default 50. */
+export const MYSQL_LOCK_WAIT_TIMEOUT = 10;
+
 /**
  * Connects to MySQL or MariaDB through mysql2 (a pool of 2) and
  * drizzle-orm/mysql2. With `table`, checks that the URL's database has the
@@ -123,6 +126,15 @@ async function connectMysql(target: MysqlTarget, table: boolean): Promise<SqlCon
   const { drizzle } = await peer('drizzle-orm', () => import('drizzle-orm/mysql2'), '--database-url');
   const where = redact(target.url);
   const pool = mysql.createPool({ uri: target.url, connectionLimit: 2, connectTimeout: CONNECT_TIMEOUT });
+  // Each connection of the pool waits MYSQL_LOCK_WAIT_TIMEOUT for a row lock, never InnoDB's default 50 s. The
+  // promise pool's 'connection' event hands mysql2's callback connection (typed as the promise one): its SET is
+  // queued on the connection before the pool gives it to the first statement.
+  pool.on('connection', (connection) => {
+    (connection as unknown as { query(sql: string, done: (error: unknown) => void): void }).query(
+      `SET SESSION innodb_lock_wait_timeout = ${MYSQL_LOCK_WAIT_TIMEOUT}`,
+      () => {}, // a server without the setting keeps its own; the command's statements say what fails
+    );
+  });
   const query = async (text: string) => (await pool.query(text))[0] as Record<string, unknown>[];
   const close = () => pool.end().catch(() => {});
   try {

@@ -16,6 +16,7 @@ import { Cluster } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redact } from '../../src/cli/connect.js';
+import { connectSql, MYSQL_LOCK_WAIT_TIMEOUT } from '../../src/cli/connect-sql.js';
 import { createIdempotencyEngine, type IdempotencyStore, recordId } from '../../src/core.js';
 import { drizzleStore } from '../../src/drizzle.js';
 import { withIdempotency } from '../../src/index.js';
@@ -690,6 +691,29 @@ describe.each(DIALECTS)('on $name', (dialect) => {
         expect(refused.stdout).toBe('');
       }
     } finally {
+      await fresh.drop();
+    }
+  });
+});
+
+describe('MariaDB only', () => {
+  it("waits MYSQL_LOCK_WAIT_TIMEOUT (10 s) for a row lock on every connection of its pool, not InnoDB's 50 s", async () => {
+    const fresh = await isolatedDatabase('cli_lock_wait', 1);
+    const connection = await connectSql({ kind: 'mysql', url: fresh.url, database: fresh.database }, true);
+    try {
+      // Two statements at once: the pool's two connections, each asked for its session's setting.
+      const answers = await Promise.all(
+        [1, 2].map(() =>
+          connection.query(
+            'select @@session.innodb_lock_wait_timeout as wait, connection_id() as id, sleep(0.2) as slept',
+          ),
+        ),
+      );
+      expect(new Set(answers.map(([row]) => row!.id)).size, 'two connections').toBe(2);
+      for (const [row] of answers) expect(Number(row!.wait)).toBe(MYSQL_LOCK_WAIT_TIMEOUT);
+      expect(MYSQL_LOCK_WAIT_TIMEOUT).toBeLessThan(50);
+    } finally {
+      await connection.close();
       await fresh.drop();
     }
   });

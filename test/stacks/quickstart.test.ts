@@ -7,6 +7,8 @@
  * store line), prints the same charge twice on each. In the same projects every entry of the packed
  * package loads (`require` or `import`) and typechecks with `module: node16`,
  * and the PostgreSQL migrations shipped in the package are found from either build.
+ * Last, in the "type": "module" project, docs/mysql.md's and docs/sqlite.md's setup (their install
+ * lines, their trpc.ts and db.ts verbatim) runs on MariaDB and on a SQLite file: drizzle-dialects.ts.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,6 +19,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { blocksOf, quickstartStoreOf, quickstartWith } from '../../scripts/check-docs.js';
+import { dialectPages } from './drizzle-dialects.js';
 import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -51,6 +54,8 @@ function moveTo(store: 'redis' | 'postgres') {
 
 let tgz: string;
 const dirs: string[] = [];
+/** Each project's directory, once its install block has run. */
+const projects: Partial<Record<'commonjs' | 'module', string>> = {};
 const children: ChildProcess[] = [];
 /** npx starts tsx, which starts node: the whole group goes. */
 const stop = (child: ChildProcess) => {
@@ -148,6 +153,7 @@ describe.each(['commonjs', 'module'] as const)('a fresh npm init -y project (%s)
       expect(args[0], `install block line: ${line}`).toBe('npm');
       await run('npm', [...args.slice(1).map((arg) => (arg === 'trpc-idempotency' ? tgz : arg)), ...NPM_FLAGS], dir);
     }
+    projects[type] = dir;
   });
 
   it('runs the Quick start verbatim: the server says where it listens, the client prints the same charge twice', async () => {
@@ -286,3 +292,9 @@ migrateIdempotencyKeys(drizzle(pool), { migrationsSchema: '${schema}' })
     }
   });
 });
+
+// The Quick start's "type": "module" project, installed above: one more npm install, not another project.
+dialectPages(
+  () => projects.module,
+  () => tgz,
+);

@@ -397,6 +397,16 @@ describe('the counted table (bench/INSTRUCTIONS.md) and the bars read from its c
     expect(() => parseCounted('| row | baseline |\n| --- | --- |\n')).toThrow(/no counted table/);
   });
 
+  it('has a MariaDB column once a row has MariaDB: read back, and a table without it still read', () => {
+    const withMysql = [...rows, { ...counted('mysql-first', 'baseline', 400_000), mariadb_cpu_us: 501.44 }];
+    const table = renderCounted(withMysql.map((r) => ({ ...r, mariadb_cpu_us: r.mariadb_cpu_us ?? 0 })));
+    expect(table.split('\n')[0]).toMatch(/\| PostgreSQL CPU µs added \| MariaDB CPU µs added \|$/);
+    expect(parseCounted(table).get('mysql-first')?.mariadb_cpu_us).toBe(501.4);
+    expect(parseCounted(table).get('redis-first')?.mariadb_cpu_us).toBe(0);
+    expect(renderCounted(rows)).not.toContain('MariaDB');
+    expect(parseCounted(renderCounted(rows)).get('redis-first')?.mariadb_cpu_us).toBeUndefined();
+  });
+
   it('checks each bar against the cells, and says by how much one is not met', () => {
     const bars = checkBars(parseCounted(renderCounted(rows)));
     const first = bars.find((b) => b.bar.startsWith('Redis first execution (ioredis): Node'))!;
