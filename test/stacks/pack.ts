@@ -4,9 +4,10 @@
  * the tests, peer dependencies checked, nothing forced).
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { blocksOf } from '../../scripts/check-docs.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -85,4 +86,17 @@ export async function packLibrary(into: string): Promise<{ tgz: string; ms: numb
         `npm pack packed no dist/ three times (is another build of this checkout running?):\n${[...files].join('\n')}`,
       );
   }
+}
+
+/** Writes `text` to `file` (a path relative to the project `dir`), making its folders. */
+export function writeProjectFile(dir: string, file: string, text: string): void {
+  mkdirSync(dirname(join(dir, file)), { recursive: true });
+  writeFileSync(join(dir, file), text);
+}
+
+/** The code of the block named `title` of a docs page (`docs/….md`), as a file: it throws if there is none. */
+export function docsBlock(page: string, title: string): string {
+  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
+  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
+  return `${found.code}\n`;
 }

@@ -8,16 +8,15 @@
  *
  * In the stacks run; alone: npm run test:workers:d1.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { blocksOf } from '../../scripts/check-docs.js';
 import { describeStoreContract } from '../contract/store-contract.js';
 import { sleep } from '../helpers/redis.js';
 import { modelTest } from '../model/model-run.js';
-import { NPM_FLAGS, REPO, run } from './pack.js';
+import { docsBlock, NPM_FLAGS, REPO, run, writeProjectFile } from './pack.js';
 import { forwardingStore } from './workers/forwarding-store.js';
 
 const DEPENDENCIES = {
@@ -40,16 +39,8 @@ let mf: Miniflare | undefined;
 let base = '';
 const timings: Record<string, number> = {};
 
-function writeFile(file: string, text: string) {
-  mkdirSync(dirname(join(dir, file)), { recursive: true });
-  writeFileSync(join(dir, file), text);
-}
-
-function snippet(page: string, title: string): string {
-  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
-  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
-  return `${found.code}\n`;
-}
+const writeFile = (file: string, text: string) => writeProjectFile(dir, file, text);
+const snippet = docsBlock;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'trpc-idempotency-d1-'));

@@ -15,18 +15,17 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { blocksOf } from '../../scripts/check-docs.js';
 import { durableObjectStore } from '../../src/durable-object.js';
 import { describeStoreContract } from '../contract/store-contract.js';
 import { sleep } from '../helpers/redis.js';
 import { modelTest } from '../model/model-run.js';
 import { STEPS, scenario, stats } from './http-scenario.js';
-import { commandEnv, NPM_FLAGS, REPO, run } from './pack.js';
+import { commandEnv, docsBlock, NPM_FLAGS, REPO, run, writeProjectFile } from './pack.js';
 import { forwardingStore } from './workers/forwarding-store.js';
 
 /** What the project installs beside the packed library. */
@@ -59,16 +58,8 @@ let output = '';
 const bases: Record<string, string> = {};
 let bundled: { inputs: string[]; bytes: number; storeBytes: number } | undefined;
 
-function writeFile(file: string, text: string) {
-  mkdirSync(dirname(join(dir, file)), { recursive: true });
-  writeFileSync(join(dir, file), text);
-}
-
-function snippet(page: string, title: string): string {
-  const found = blocksOf(page, readFileSync(join(REPO, page), 'utf8')).find((b) => b.title === title);
-  if (found === undefined) throw new Error(`${page} has no block named ${title}`);
-  return `${found.code}\n`;
-}
+const writeFile = (file: string, text: string) => writeProjectFile(dir, file, text);
+const snippet = docsBlock;
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
