@@ -11,7 +11,10 @@ export type VariantName = 'react-query' | 'tanstack';
 
 export interface Variant {
   name: VariantName;
-  /** The tRPC packages, pinned: what a t3 app resolves (the React package pins server and client to its own version). */
+  /**
+   * The tRPC packages, pinned: what a t3 app resolves (the React package pins server and client to its own
+   * version); the React package first. Then any other package the variant adds, pinned.
+   */
   dependencies: Record<string, string>;
   /** Dependencies of t3's package.json this variant removes. */
   removeDependencies: string[];
@@ -24,6 +27,8 @@ export interface Variant {
   edits: Edit[];
   /** Whether the router's errorFormatter adds `data.idempotency`. */
   formatterHasReasons: boolean;
+  /** Whether the client provider persists payments in flight (with their key) and resumes them after a reload. */
+  persistsPayments: boolean;
 }
 
 export interface Edit {
@@ -150,20 +155,29 @@ export const VARIANTS: Variant[] = [
     deletes: [],
     edits: [importsWithoutReasons, idempotentProcedure, rootImport, rootRouter, reactImport, reactLinks],
     formatterHasReasons: false,
+    persistsPayments: false,
   },
   {
     // The same app on tRPC's newer React integration, @trpc/tanstack-react-query (newest 11.22.1, pinning
     // server and client). Its client provider replaces t3's src/trpc/react.tsx; t3's server-side helpers
     // and home page, written for @trpc/react-query, are replaced by a plain home page.
-    // The errorFormatter adds the reasons of idempotency errors.
+    // The errorFormatter adds the reasons of idempotency errors. The provider persists payments in flight with
+    // TanStack's persister packages: their newest (5.104.5) beside the @tanstack/react-query t3 resolves (5.108.4).
     name: 'tanstack',
-    dependencies: { '@trpc/server': '11.22.1', '@trpc/client': '11.22.1', '@trpc/tanstack-react-query': '11.22.1' },
+    dependencies: {
+      '@trpc/server': '11.22.1',
+      '@trpc/client': '11.22.1',
+      '@trpc/tanstack-react-query': '11.22.1',
+      '@tanstack/react-query-persist-client': '5.104.5',
+      '@tanstack/query-async-storage-persister': '5.104.5',
+    },
     removeDependencies: ['@trpc/react-query'],
     overlays: ['shared', 'tanstack'],
     replaces: [REACT_FILE, 'src/app/page.tsx'],
     deletes: ['src/trpc/server.ts', 'src/app/_components/post.tsx'],
     edits: [importsWithReasons, formatterReasons, idempotentProcedure, rootImport, rootRouter],
     formatterHasReasons: true,
+    persistsPayments: true,
   },
 ];
 

@@ -4,7 +4,9 @@
  * create-t3-app's CLI, changed as the docs page says, given tRPC pinned to the
  * version such an app resolves, then the current checkout, packed, is
  * installed with a plain `npm install <tgz>`; `next build`, `next start`, and
- * Debian's Chromium (headless, driven by playwright-core) clicks Pay.
+ * Debian's Chromium (headless, driven by playwright-core) clicks Pay. The variant
+ * whose provider persists payments in flight also reloads the page before a
+ * payment's answer arrives, and sees it resumed with its key.
  *
  * Executions are counted by the app's own `payment.stats` query, never by timing.
  *
@@ -329,5 +331,52 @@ export function describeT3App(name: VariantName): void {
       expect(after.executions).toBe(before.executions + 1);
       expect(after.charges.at(-1)).toEqual({ chargeId: ran.chargeId, amount: 500 });
     });
+
+    // Last: the reload empties the page's lists.
+    if (variant.persistsPayments)
+      it('a payment whose answer is held is persisted with its key and, after a reload, resumed with that key: one charge, shown', async () => {
+        const before = await stats(app);
+        const from = sent.length;
+        const matcher = (url: URL) => url.pathname.startsWith('/api/trpc/payment.pay');
+        let ran!: () => void;
+        const serverRan = new Promise<void>((resolve) => (ran = resolve));
+        let held = 0;
+        await page.route(matcher, async (route) => {
+          if (held > 0) return route.fallback();
+          held++;
+          // The payment reaches the server and runs to its end; its answer is held, and the reload cancels it.
+          const response = await route.fetch();
+          await response.body();
+          ran();
+        });
+        try {
+          await page.click('#pay');
+          await serverRan;
+          expect((await stats(app)).executions).toBe(before.executions + 1);
+          await page.reload();
+          await page.waitForSelector('main[data-ready="true"]');
+          const [first] = await payRequestsSince(from);
+          const key = first!.keys[0]!;
+          expect(key).toMatch(/^[0-9a-f-]{36}$/);
+          // What the page shows for that key: one payment, restored from localStorage, then charged.
+          const shownCharges = () =>
+            page
+              .locator(`#payments li[data-key="${key}"]`)
+              .evaluateAll((items) =>
+                items.map((li) => (li as unknown as { dataset: Record<string, string | undefined> }).dataset.charge),
+              );
+          await expect.poll(shownCharges, SETTLE).toEqual([expect.stringMatching(/^ch_/)]);
+          const after = await stats(app);
+          expect(after.executions).toBe(before.executions + 1);
+          expect(after.charges).toHaveLength(before.charges.length + 1);
+          expect(await shownCharges()).toEqual([after.charges.at(-1)!.chargeId]);
+          // The held request, then the resumed one after the reload: one key.
+          const requests = await payRequestsSince(from);
+          expect(requests.length).toBeGreaterThanOrEqual(2);
+          expect(new Set(requests.flatMap((r) => r.keys))).toEqual(new Set([key]));
+        } finally {
+          await page.unroute(matcher);
+        }
+      });
   });
 }

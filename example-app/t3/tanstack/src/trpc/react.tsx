@@ -2,14 +2,22 @@
 
 // t3's client provider on tRPC's TanStack React Query integration: the same QueryClient,
 // the same links as the default variant's src/trpc/react.tsx, and useTRPC() for components.
+// Payments in flight are persisted with their key, and resumed after a reload.
 
-import { QueryClientProvider, type QueryClient } from "@tanstack/react-query";
+import { createAsyncStoragePersister } from "@tanstack/query-async-storage-persister";
+import { type QueryClient } from "@tanstack/react-query";
+import { PersistQueryClientProvider } from "@tanstack/react-query-persist-client";
 import { createTRPCClient, httpBatchStreamLink, loggerLink } from "@trpc/client";
 import { type inferRouterInputs, type inferRouterOutputs } from "@trpc/server";
-import { createTRPCContext } from "@trpc/tanstack-react-query";
+import { createTRPCContext, createTRPCOptionsProxy } from "@trpc/tanstack-react-query";
 import { useState } from "react";
 import SuperJSON from "superjson";
-import { idempotencyHeaders, idempotencyLink } from "trpc-idempotency/client";
+import {
+  idempotencyHeaders,
+  idempotencyLink,
+  resumeMutations,
+  shouldPersistMutation,
+} from "trpc-idempotency/client";
 
 import { type AppRouter } from "~/server/api/root";
 import { createQueryClient } from "./query-client";
@@ -18,6 +26,15 @@ export const { TRPCProvider, useTRPC } = createTRPCContext<AppRouter>();
 
 export type RouterInputs = inferRouterInputs<AppRouter>;
 export type RouterOutputs = inferRouterOutputs<AppRouter>;
+
+/** How long the server keeps a key's outcome: withIdempotency's ttl (24 h unless you set another). */
+const SERVER_TTL_MS = 24 * 60 * 60 * 1000;
+
+// localStorage in the browser; on the server there is no storage, and nothing is persisted.
+const persister = createAsyncStoragePersister({
+  storage: typeof window === "undefined" ? undefined : window.localStorage,
+  throttleTime: 0, // written at once: a tab closed right after the click keeps the payment
+});
 
 // The browser keeps one QueryClient; each server render makes its own.
 let browserQueryClient: QueryClient | undefined;
@@ -34,15 +51,15 @@ function apiUrl(): string {
 
 export function TRPCReactProvider(props: { children: React.ReactNode }) {
   const queryClient = queryClientHere();
-  const [trpcClient] = useState(() =>
-    createTRPCClient<AppRouter>({
+  const [trpcClient] = useState(() => {
+    const client = createTRPCClient<AppRouter>({
       links: [
         loggerLink({
           enabled: (op) =>
             process.env.NODE_ENV === "development" ||
             (op.direction === "down" && op.result instanceof Error),
         }),
-        idempotencyLink(),
+        idempotencyLink({ maxKeyAgeMs: SERVER_TTL_MS }), // an older key is not sent
         httpBatchStreamLink({
           transformer: SuperJSON,
           url: apiUrl(),
@@ -51,14 +68,30 @@ export function TRPCReactProvider(props: { children: React.ReactNode }) {
           }),
         }),
       ],
-    }),
-  );
+    });
+    // What a restored payment runs: TanStack persists its variables (so its key), never functions.
+    const trpc = createTRPCOptionsProxy<AppRouter>({ client, queryClient });
+    queryClient.setMutationDefaults(trpc.payment.pay.mutationKey(), trpc.payment.pay.mutationOptions());
+    return client;
+  });
 
   return (
-    <QueryClientProvider client={queryClient}>
+    <PersistQueryClientProvider
+      client={queryClient}
+      persistOptions={{
+        persister,
+        // Longer than the server's ttl: an older payment is shown as unresolved, not dropped unseen.
+        maxAge: Number.POSITIVE_INFINITY,
+        dehydrateOptions: {
+          shouldDehydrateMutation: shouldPersistMutation,
+          shouldDehydrateQuery: () => false, // payments only: the server renders the queries
+        },
+      }}
+      onSuccess={() => resumeMutations(queryClient)}
+    >
       <TRPCProvider trpcClient={trpcClient} queryClient={queryClient}>
         {props.children}
       </TRPCProvider>
-    </QueryClientProvider>
+    </PersistQueryClientProvider>
   );
 }

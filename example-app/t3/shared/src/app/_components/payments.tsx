@@ -53,6 +53,8 @@ export function PaymentsView(props: {
   latest: string | undefined;
   answers: Answer[];
   batch: Answer[];
+  /** More of the page, shown last. */
+  children?: React.ReactNode;
 }) {
   // true once React has hydrated the page: the buttons have their handlers
   const [ready, setReady] = useState(false);
@@ -83,6 +85,7 @@ export function PaymentsView(props: {
           <AnswerItem key={i} answer={answer} />
         ))}
       </ul>
+      {props.children}
     </main>
   );
 }
