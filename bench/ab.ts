@@ -17,7 +17,10 @@
  * BENCH_ROUNDS (5), BENCH_DURATION (3 s), BENCH_WARMUP_REQUESTS (10,000 of each kind per server
  * before the first round), DATABASE_URL.
  */
-import { resolve as resolvePath } from 'node:path';
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve as resolvePath } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { median } from './lib/aggregate.js';
 import {
   type Cleanups,
@@ -46,6 +49,23 @@ const cleanups: Cleanups = [];
 // Ctrl-C stops the servers and redis-server and drops the schemas, as at the end of a run.
 exitOnInterrupt(cleanups);
 const startServer = (variant: string, env: Record<string, string>) => startBenchServer(variant, env, cleanups);
+
+/**
+ * A copy of the build in `dir` as `<temporary>/dist`, beside a package.json with this package's "imports" and a link
+ * to its node_modules: dist/ resolves `#platform` through them (Node's primitives under the `node` condition) and
+ * its peers from there, and a copy of dist/ elsewhere has no package.json, or another one.
+ */
+function packaged(dir: string): string {
+  const root = mkdtempSync(join(tmpdir(), 'bench-ab-'));
+  cleanups.push(() => rmSync(root, { recursive: true, force: true }));
+  cpSync(resolvePath(dir), join(root, 'dist'), { recursive: true });
+  const { imports } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    imports: unknown;
+  };
+  writeFileSync(join(root, 'package.json'), `${JSON.stringify({ type: 'module', imports }, null, 2)}\n`);
+  symlinkSync(fileURLToPath(new URL('../node_modules', import.meta.url)), join(root, 'node_modules'));
+  return join(root, 'dist');
+}
 let loadGenerator: LoadGenerator;
 const load = (command: Omit<LoadCommand, 'id' | 'connections'>): Promise<LoadResult> => loadGenerator.load(command);
 
@@ -92,8 +112,11 @@ async function main() {
   };
   const baseline = await startServer('baseline', { REDIS_URL: redis.url });
   const servers = {
-    A: await startServer(VARIANT_A, { ...(await env('ab_a')), BENCH_LIB: resolvePath(LIB_A) }),
-    B: await startServer(VARIANT, await env('ab_b')),
+    A: await startServer(VARIANT_A, { ...(await env('ab_a')), BENCH_LIB: packaged(LIB_A) }),
+    B: await startServer(VARIANT, {
+      ...(await env('ab_b')),
+      ...(process.env.BENCH_LIB === undefined ? {} : { BENCH_LIB: packaged(process.env.BENCH_LIB) }),
+    }),
   };
   loadGenerator = startLoad(32, cleanups);
   const warmUpSettings = { requests: WARMUP_REQUESTS, replayKeys: 1_000 };

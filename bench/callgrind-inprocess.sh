@@ -4,7 +4,7 @@
 # differing only in their number of calls; the difference over the extra calls is the cost of one call.
 # It runs a copy of the built dist/ (`npm run build` first; or DIST=another build), so a build meanwhile
 # does not change it.
-#   bash bench/callgrind-inprocess.sh [base|first|replay|minimal ...]    (LOW, HIGH, WARMUP: call counts)
+#   bash bench/callgrind-inprocess.sh [base|first|replay|minimal|redis-first|node-redis-replay ...]    (LOW, HIGH, WARMUP: call counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
@@ -14,7 +14,7 @@ cp -r "${DIST:-dist}" "$out/dist"
 ln -s "$PWD/node_modules" "$out/node_modules"
 # Plain JavaScript, so that no loader thread runs under valgrind.
 node_modules/.bin/esbuild bench/profile-inprocess.ts --bundle --platform=node --format=esm \
-  --external:../dist/* --external:@trpc/server --outfile="$out/bench/profile.mjs" --log-level=warning
+  --external:../dist/* --external:@trpc/server --external:ioredis --external:redis --outfile="$out/bench/profile.mjs" --log-level=warning
 low=${LOW:-2000}
 high=${HIGH:-12000}
 # --single-threaded: no concurrent compiler or GC threads, whose work would vary from run to run.

@@ -32,6 +32,9 @@ try {
   const TOKEN = '7c0b1c8e-55c3-4f5e-9d3e-2a4f5b6c7d8e';
   await redis.script('LOAD', CLAIM.source);
   await redis.script('LOAD', COMPLETE.source);
+  // The record a replay finds: completed, with this fingerprint.
+  const DONE = 'idem:{:pay:replayed}';
+  await redis.hset(DONE, 's', 'c', 'f', FINGERPRINT, 't', TOKEN, 'b', BODY);
   const empty = (await redis.script('LOAD', 'return 1')) as string;
   const hmget = (await redis.script('LOAD', "return redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')")) as string;
   await redis.call(
@@ -47,8 +50,39 @@ try {
     [
       "the Redis store's first execution: EVALSHA CLAIM, EVALSHA COMPLETE",
       async (key) => {
-        await redis.evalsha(CLAIM.sha, 2, key, `${key}:steps`, TOKEN, FINGERPRINT, '30000', '0', '');
-        await redis.evalsha(COMPLETE.sha, 1, key, TOKEN, 'c', BODY, '86400000', 'idem:settled', FINGERPRINT, key);
+        // As the store sends them (stores/redis/store.ts): no deadline yet, not waiting; no keyPrefix.
+        const claimed = (await redis.evalsha(CLAIM.sha, 2, key, `${key}:steps`, TOKEN, FINGERPRINT, '30000', '')) as [
+          string,
+        ];
+        const stored = await redis.evalsha(
+          COMPLETE.sha,
+          1,
+          key,
+          TOKEN,
+          'c',
+          BODY,
+          '86400000',
+          'idem:settled',
+          FINGERPRINT,
+        );
+        // A layout the scripts no longer read would count something else: refused, rather than counted.
+        if (claimed[0] !== 'a' || stored !== 1) throw new Error(`the scripts answered ${claimed[0]} and ${stored}`);
+      },
+    ],
+    [
+      "the Redis store's replay: EVALSHA CLAIM of a completed record",
+      async () => {
+        const replayed = (await redis.evalsha(
+          CLAIM.sha,
+          2,
+          DONE,
+          `${DONE}:steps`,
+          TOKEN,
+          FINGERPRINT,
+          '30000',
+          '',
+        )) as [string];
+        if (replayed[0] !== 'c') throw new Error(`the claim answered ${replayed[0]}, not a completed record`);
       },
     ],
     [

@@ -3,13 +3,17 @@
  *   node --cpu-prof --import tsx bench/profile-inprocess.ts first 200000
  *   node --import tsx bench/profile-inprocess.ts top <file.cpuprofile>  (self time of src/ frames)
  * Modes: `base` (no idempotency), `first` (a fresh key per call), `replay` (one completed key),
- * `minimal` (a fresh key per call through the least an idempotency layer does: lib/inprocess.ts).
+ * `minimal` (a fresh key per call through the least an idempotency layer does: lib/inprocess.ts);
+ * `redis-first`, `redis-replay` the same on the Redis store over ioredis, `node-redis-first`,
+ * `node-redis-replay` over node-redis (REDIS_URL, default redis://127.0.0.1:6379; keys under a
+ * prefix of their own, deleted at the end), and `redis-base`, `node-redis-base` the mutation without
+ * idempotency beside a connected client (the caller's cost, to subtract).
  * An optional third argument is a number of warm-up calls made first (default 20,000: the memory
  * store is then full, as in a long run, and every first execution evicts a record).
  * With `valgrind --tool=callgrind`, two call counts give instructions per call by difference.
  */
 import { readFileSync } from 'node:fs';
-import { callerFor, INPUT, type InProcessCtx } from './lib/inprocess.js';
+import { callerFor, INPUT, type InProcessCtx, redisCallerFor } from './lib/inprocess.js';
 
 const [mode = 'first', arg = '200000', warmup = '20000'] = process.argv.slice(2);
 
@@ -19,9 +23,13 @@ if (mode === 'top') {
   await loop(mode, Number(arg), Number(warmup));
 }
 
-async function loop(variant: string, calls: number, warm: number) {
+async function loop(mode: string, calls: number, warm: number) {
   const ctx: InProcessCtx = { key: 'replayed' };
-  const caller = callerFor(ctx);
+  const redis = /^(node-)?redis-/.test(mode)
+    ? await redisCallerFor(mode.startsWith('node-') ? 'node-redis' : 'ioredis', ctx)
+    : undefined;
+  const caller = redis?.caller ?? callerFor(ctx);
+  const variant = mode.replace(/^(node-)?redis-/, '');
   const input = INPUT;
   await caller.idempotent(input);
   let started = performance.now();
@@ -42,7 +50,8 @@ async function loop(variant: string, calls: number, warm: number) {
     }
   }
   const us = ((performance.now() - started) * 1000) / calls;
-  process.stderr.write(`${variant}: ${calls} calls, ${us.toFixed(2)} µs per call\n`);
+  process.stderr.write(`${mode}: ${calls} calls, ${us.toFixed(2)} µs per call\n`);
+  await redis?.close();
 }
 
 interface ProfileNode {

@@ -74,3 +74,53 @@ const router = t.router({
 
 /** A caller on one context object: change `ctx.key` between calls to give each its own key. */
 export const callerFor = t.createCallerFactory(router);
+
+/**
+ * The same router on the Redis store (over ioredis or node-redis, on REDIS_URL), its keys under a prefix
+ * of this process's own: `close()` deletes them and closes the client.
+ */
+export async function redisCallerFor(library: 'ioredis' | 'node-redis', ctx: InProcessCtx) {
+  const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const { redisStore } = await import('../../dist/redis.js');
+  const prefix = `bench-inprocess-${process.pid}:`;
+  let client: Parameters<typeof redisStore>[0]['client'];
+  let keys: (pattern: string) => Promise<string[]>;
+  let del: (keys: string[]) => Promise<unknown>;
+  let quit: () => Promise<unknown>;
+  if (library === 'ioredis') {
+    const { Redis } = await import('ioredis');
+    const redis = new Redis(url);
+    client = redis;
+    keys = (pattern) => redis.keys(pattern);
+    del = (list) => redis.del(...list);
+    quit = () => redis.quit();
+  } else {
+    const { createClient } = await import('redis');
+    const redis = await createClient({ url }).connect();
+    client = redis;
+    keys = (pattern) => redis.keys(pattern);
+    del = (list) => redis.del(list);
+    quit = () => redis.quit();
+  }
+  const r = initTRPC.context<InProcessCtx>().create();
+  const procedure = withIdempotency(r.procedure, {
+    scope: 'global',
+    store: redisStore({ client, prefix }),
+    getKey: ({ ctx }) => ctx.key,
+  });
+  const caller = r.createCallerFactory(
+    r.router({
+      plain: r.procedure.input(parsePayInput).mutation(resolve),
+      idempotent: procedure.input(parsePayInput).mutation(resolve),
+      minimal: r.procedure.input(parsePayInput).mutation(minimalLayer(resolve)),
+    }),
+  )(ctx);
+  return {
+    caller,
+    async close() {
+      const found = await keys(`${prefix}*`);
+      for (let i = 0; i < found.length; i += 1_000) await del(found.slice(i, i + 1_000));
+      await quit();
+    },
+  };
+}

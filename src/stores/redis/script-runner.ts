@@ -91,13 +91,17 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
   }
 
   /** Sends a script as EVALSHA, and its source once if Redis lacks it (its cache is empty after a restart or failover). */
-  async function evaluate(call: Call): Promise<unknown> {
+  function evaluate(call: Call): Promise<unknown> {
+    let sent: Promise<unknown>;
     try {
-      return await connection.send(evalsha(call), routeOf(call));
+      sent = connection.send(evalsha(call), routeOf(call));
     } catch (error) {
-      if (isNoScript(error)) return await connection.send(evalSource(call), routeOf(call));
-      throw error;
+      return Promise.reject(error);
     }
+    return sent.catch((error: unknown) => {
+      if (isNoScript(error)) return connection.send(evalSource(call), routeOf(call));
+      throw error;
+    });
   }
 
   /** The script's reply once `WAIT` says the replicas hold it, else a {@link ReplicaAckError} carrying it. */
@@ -196,7 +200,7 @@ export function scriptRunner(connection: RedisConnection, acks?: ReplicaAcks) {
       const call = calls[0]!;
       const sent = single(call);
       sent.then(call.resolve, call.reject);
-      sent.then(answered, answered);
+      if (out) sent.then(answered, answered);
       return;
     }
     const loading = new Set<RedisScript>();

@@ -99,10 +99,12 @@ end
 
 /**
  * KEYS[1] record key, KEYS[2] its steps key, KEYS[3] the fence marker (only with `restartFence`)
- * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] '1' if the caller will wait,
- * ARGV[5] deadline (ms since the epoch, by Redis's clock) or '' for none
- * Returns {'p', fingerprint} when another claim is in flight (a waiter's gets its pttl too, below); {state, fingerprint[, body]} when
- * finished, the body only if the fingerprints match (no point shipping it otherwise). When the
+ * ARGV[1] token, ARGV[2] fingerprint, ARGV[3] lockTtl (ms), ARGV[4] deadline (ms since the epoch, by
+ * Redis's clock) or '' for none, ARGV[5] '1' if the caller will wait (absent otherwise: one argument
+ * less to send and parse on every claim that does not)
+ * Returns {'p', fingerprint} when another claim is in flight (a waiter's gets its pttl too, below). When
+ * finished: {state, body} if the fingerprints match (the caller knows its own), else {state, fingerprint, 0}
+ * (no point shipping the body). When the
  * record is absent, or is this token's own live claim (sent again by the client after a
  * reconnect), it reads Redis's clock: {'a', time} when claimed, {'l', time} when the deadline
  * has passed (nothing changed: the caller gave up). Only taking the record needs the clock.
@@ -110,7 +112,7 @@ end
  * With the fence, a claim of an absent record while the fence is up takes nothing: {'r', time, reopen}.
  * Taking the record sets its claim time `c` (now) and `l` (lockTtl); this token's claim sent again
  * keeps its `c`.
- * A waiting claim (ARGV[4] '1') of another's in-progress record with its fingerprint (one with another
+ * A waiting claim (ARGV[5] '1') of another's in-progress record with its fingerprint (one with another
  * is refused, it never waits) sets the waiter flag `w` only when it is absent: one write per held
  * claim, however many waiters check it and however often. It is answered {'p', fingerprint, pttl}:
  * the waiter checks again when the holder's claim expires unless renewed (a crashed holder publishes nothing).
@@ -120,18 +122,18 @@ const claim = (fence: string) =>
 local rec = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 't', 'w')
 if rec[1] and not (rec[1] == ${IN_PROGRESS} and rec[4] == ARGV[1]) then
   if rec[1] == ${IN_PROGRESS} then
-    if ARGV[4] == '1' and rec[2] == ARGV[2] then
+    if ARGV[5] == '1' and rec[2] == ARGV[2] then
       if not rec[5] then redis.call('HSET', KEYS[1], 'w', '1') end
       return {${IN_PROGRESS}, rec[2], redis.call('PTTL', KEYS[1])}
     end
     return {${IN_PROGRESS}, rec[2]}
   end
-  if rec[2] ~= ARGV[2] then return {rec[1], rec[2]} end
-  return {rec[1], rec[2], rec[3]}
+  if rec[2] ~= ARGV[2] then return {rec[1], rec[2], 0} end
+  return {rec[1], rec[3]}
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {${LATE}, now} end
+if ARGV[4] ~= '' and now > tonumber(ARGV[4]) then return {${LATE}, now} end
 if KEYS[3] and not rec[1] then
   local reopen = fenced(KEYS[3], now, tonumber(ARGV[3]))
   if reopen then return {${FENCE_UP}, now, reopen} end
@@ -152,14 +154,17 @@ return {${ACQUIRED}, now}
  * used steps) its steps key, deleted once the outcome is stored
  * ARGV[1] token, ARGV[2] final state ('c' or 'f'), ARGV[3] body, ARGV[4] ttl (ms),
  * ARGV[5] notify channel, ARGV[6] fingerprint, ARGV[7] notify message (the record key
- * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one)
+ * as the store names it: KEYS[1] carries the client's keyPrefix, if it has one; absent when the
+ * client has none, KEYS[1] is then the message)
  * Stores the outcome if the token holds the claim, or if the record is gone (expired,
  * evicted, lost in a restart: no one else holds or ran it). The token stays on the record,
  * so a completion sent twice (a client's re-send after a reconnect) succeeds again without
  * change. Returns 1 if stored, 2 if another token's claim is live, 0 if another outcome is there.
  * With the fence, a completion that finds the record and the marker gone raises the fence.
  * The claim's time `c` stays, and so does its lease `l`: deleting it would cost every first
- * execution a command, and no one reads it on a finished record. The waiter flag goes.
+ * execution a command, and no one reads it on a finished record. The waiter flag goes. A completion
+ * of its own live claim writes the state and the body only: the claim wrote the same fingerprint
+ * and token.
  */
 const complete = (fence: string) =>
   script(`${fence}
@@ -171,12 +176,14 @@ if rec[1] then
   end
   if rec[1] ~= ${IN_PROGRESS} then return ${STORED} end
   if rec[3] then redis.call('HDEL', KEYS[1], 'w') end
-${fence === '' ? '' : 'else\n  fenced(KEYS[2], clock(), 0)\n'}end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
+  redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3])
+else
+${fence === '' ? '' : '  fenced(KEYS[2], clock(), 0)\n'}  redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3], 'f', ARGV[6], 't', ARGV[1])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local steps = KEYS[${fence === '' ? 2 : 3}]
 if steps then redis.call('DEL', steps) end
-if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
+if rec[3] then redis.call('PUBLISH', ARGV[5], ARGV[7] or KEYS[1]) end
 return ${STORED}
 `);
 

@@ -25,7 +25,7 @@ import { redisAdmin } from './admin.js';
 import { connectionOf, type RedisClient } from './client.js';
 import { fenceMarkers } from './fence.js';
 import { settledNotifications } from './notifications.js';
-import { ReplicaAckError, type ReplicaAcks, type ScriptKeys, scriptRunner } from './script-runner.js';
+import { ReplicaAckError, type ReplicaAcks, type ScriptArgs, type ScriptKeys, scriptRunner } from './script-runner.js';
 import { FENCED, UNFENCED } from './scripts.js';
 
 export interface RedisStoreOptions {
@@ -163,13 +163,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     admin: redisAdmin({ client, connection, prefix, channel }),
 
     async claim({ id, fingerprint, token, lockTtl, waiting, deadline }: ClaimInput): Promise<ClaimResult> {
-      const args = [
+      const args: ScriptArgs = [
         token,
         fingerprint,
         Math.ceil(lockTtl),
-        waiting ? '1' : '0',
         deadline === undefined ? '' : Math.floor(deadline),
       ];
+      if (waiting) args.push('1');
       const key = keyOf(id);
       let reply: [string, string | number, unknown?];
       try {
@@ -199,9 +199,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           : { state, fingerprint: reply[1] as string };
       }
       if (state === undefined) throw new Error(`redisStore: unexpected record state ${String(reply[0])} at a claim.`);
+      // The script compared the fingerprints: a finished record's body comes alone when they match.
       return reply.length > 2
-        ? { state, fingerprint: reply[1] as string, body: reply[2] as string }
-        : { state, fingerprint: reply[1] as string };
+        ? { state, fingerprint: reply[1] as string }
+        : { state, fingerprint, body: reply[1] as string };
     },
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
@@ -211,12 +212,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       if (restartFence) keys.push(markers.of(key));
       if (clearSteps === true) keys.push(stepsKeyOf(key));
       keys[0] = keys.length - 1;
-      const reply = await run(
-        COMPLETE,
-        keys,
-        [token, STATE_CODE[state], body, Math.ceil(ttl), channel, fingerprint, key],
-        true,
-      );
+      const args: ScriptArgs = [token, STATE_CODE[state], body, Math.ceil(ttl), channel, fingerprint];
+      // The notify message is the key as the store names it: KEYS[1] itself, unless the client adds a prefix.
+      if (connection.keyPrefix !== '') args.push(key);
+      const reply = await run(COMPLETE, keys, args, true);
       const result = COMPLETED[reply as number];
       if (result === undefined) throw new Error(`redisStore: unexpected reply ${String(reply)} to a completion.`);
       return result;
