@@ -402,12 +402,17 @@ class Run {
         tried,
       );
     }
+    const shift =
+      pick.op !== undefined && pick.op !== op && pick.op.kind === 'forget' && pick.op.input.expiresAt !== undefined
+        ? ` (its expiresAt taken as ${this.rel(pick.op.input.expiresAt)})`
+        : '';
     this.trace.push(
-      `${line} → store ${show(answer, this.start)} | oracle ${show(pick.answer, this.start)} at ${this.rel(pick.t)} in ${window}`,
+      `${line} → store ${show(answer, this.start)} | oracle ${show(pick.answer, this.start)} at ${this.rel(pick.t)} in ${window}${shift}`,
     );
     if ((pick.answer as { state?: string }).state === 'fenced') this.stats.fenced++;
     if (this.oracle.recreated) this.stats.recreated++;
-    const broken = this.invariants.check(op, pick.answer, pick.t, this.oracle.recreated);
+    // on the operation the oracle committed: a forget tried with its expiry shifted (forgetShifts) is judged by that expiry
+    const broken = this.invariants.check(pick.op ?? op, pick.answer, pick.t, this.oracle.recreated);
     if (broken !== undefined) this.fail(`the oracle broke an invariant: ${broken}`);
     if (op.kind === 'claim' && (pick.answer as ClaimResult).state === 'acquired') {
       const steps = (pick.answer as { steps?: { fingerprint: string } }).steps;
