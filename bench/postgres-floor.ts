@@ -20,7 +20,7 @@
  * - *store, replay*: `claim` of a completed key (1 statement, no write); *floor, replay*: `select` of
  *   the row by its id.
  *
- * Environment: DATABASE_URL, OPS (per row and round, default 1000), ROUNDS (5).
+ * Environment: DATABASE_URL, OPS (per row and round, default 2000), ROUNDS (5).
  */
 import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -30,7 +30,7 @@ import { median } from './lib/aggregate.js';
 import { fmt, range, table } from './lib/markdown.js';
 import { cpuMicros, createSchema, loadAverage } from './lib/services.js';
 
-const OPS = Number(process.env.OPS ?? 1000);
+const OPS = Number(process.env.OPS ?? 2000);
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
 const BODY = JSON.stringify({ chargeId: 'ch_3PqR2bLkdIwHu7ix0', amount: 4200, currency: 'eur', status: 'succeeded' });
 
