@@ -496,6 +496,16 @@ export function describeStoreContract(
         const { store } = await create();
         expect(store.onSettled).toBeUndefined();
       });
+
+      it("answers a waiter's claim of a held record as any other: no expiresIn, which is for stores that notify", async () => {
+        const { store } = await create();
+        const rec = id();
+        await claim(store, { id: rec, token: 'a', lockTtl: 5_000 });
+        expect(await claim(store, { id: rec, token: 'w', waiting: true })).toEqual({
+          state: 'in_progress',
+          fingerprint: 'fp',
+        });
+      });
     }
 
     describe('record identity', () => {
