@@ -199,10 +199,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           : { state, fingerprint: reply[1] as string };
       }
       if (state === undefined) throw new Error(`redisStore: unexpected record state ${String(reply[0])} at a claim.`);
-      // The script compared the fingerprints: a finished record's body comes alone when they match.
-      return reply.length > 2
-        ? { state, fingerprint: reply[1] as string }
-        : { state, fingerprint, body: reply[1] as string };
+      // The script compared the fingerprints: a finished record's body comes alone when they match (and
+      // nothing but the state for a record without one).
+      if (reply.length > 2) return { state, fingerprint: reply[1] as string };
+      return reply.length === 2 ? { state, fingerprint, body: reply[1] as string } : { state, fingerprint };
     },
 
     async complete({ id, fingerprint, token, state, body, ttl, clearSteps }: CompleteInput): Promise<CompleteResult> {
