@@ -22,6 +22,9 @@ describe('parseIdempotencyKey', () => {
     ['"unterminated', /does not end with one/],
     ['"bad \\n escape"', /invalid escape/],
     ['"in"side"', /unescaped double quote/],
+    // the escape takes the closing quote: the string never ends (found by the hostile-key property test)
+    ['"\\"', /does not end with one/],
+    ['"ab\\"', /does not end with one/],
     ['""', /is empty/],
   ])('refuses %j with a reason', (raw, message) => {
     let thrown: unknown;
