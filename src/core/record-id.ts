@@ -43,7 +43,10 @@ export function keyProblem(key: string): string | undefined {
 }
 
 function unquote(raw: string, headerName: string): string {
-  if (raw.charCodeAt(raw.length - 1) !== 0x22) {
+  // The last quote closes the string only if no backslash escapes it (`"ab\"` never ends).
+  let escapes = 0;
+  for (let i = raw.length - 2; i > 0 && raw[i] === '\\'; i--) escapes++;
+  if (raw.charCodeAt(raw.length - 1) !== 0x22 || escapes % 2 === 1) {
     throw invalid(
       `${headerName} starts with a double quote but does not end with one. Send the key bare or as a quoted string.`,
     );
